@@ -1,0 +1,1 @@
+"""headstudy: does attention with four heads beat one head at the same width?"""

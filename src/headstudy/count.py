@@ -1,0 +1,18 @@
+"""`headstudy count [overrides]`: the model's parameters, without training."""
+
+from __future__ import annotations
+
+import json
+
+from headstudy.config import compose_config, model_config
+from headstudy.model import Decoder, parameter_breakdown
+
+
+def count(overrides: list[str]) -> dict:
+    model = Decoder(model_config(compose_config(overrides)))
+    parts = parameter_breakdown(model)
+    return {"params": sum(parts.values()), "parts": parts}
+
+
+def main(overrides: list[str]) -> None:
+    print(json.dumps(count(overrides), indent=2))

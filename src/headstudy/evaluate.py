@@ -1,0 +1,76 @@
+"""Stage `evaluate`: perplexity of one trained model on the whole test and validation streams,
+written as a DVC metrics file and logged to the model's own MLflow run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+
+from headstudy import tracking
+from headstudy.config import compose_config, run_name
+from headstudy.data import load_stats, load_tokens, stream_batches
+from headstudy.model import Decoder
+
+
+@torch.no_grad()
+def stream_nll(model: Decoder, tokens: np.ndarray, batch_size: int) -> tuple[float, int]:
+    """Total NLL (nats) and number of predicted tokens over the whole stream."""
+    model.eval()
+    total, count = 0.0, 0
+    for inputs, targets in stream_batches(tokens, model.config.context, batch_size):
+        logits = model(inputs)
+        total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+        count += targets.numel()
+    return total, count
+
+
+def perplexity(total_nll: float, count: int) -> float:
+    return math.exp(total_nll / count)
+
+
+def evaluate(config: DictConfig) -> dict:
+    from headstudy.train import RUN_FILE, load_model, model_dir
+
+    torch.set_num_threads(config.threads)
+    directory = model_dir(config)
+    model = load_model(directory)
+    run = json.loads((directory / RUN_FILE).read_text())
+    prepared = Path(config.paths.prepared)
+    stats = load_stats(prepared)["splits"]
+    metrics = {
+        "name": run["name"],
+        "heads": run["heads"],
+        "seed": run["seed"],
+        "params": run["params"],
+        "mlflow_run_id": run["mlflow_run_id"],
+    }
+    for split, key in (("test", "test"), ("valid", "val")):
+        total, count = stream_nll(model, load_tokens(prepared, split), config.data.batch_size)
+        metrics[f"{key}_ppl"] = perplexity(total, count)
+        metrics[f"{key}_nll"] = total
+        metrics[f"{key}_tokens_predicted"] = count
+    test_words = stats["test"]["words"] + stats["test"]["lines"]  # one end-of-line per line
+    metrics["test_word_ppl"] = perplexity(metrics["test_nll"], test_words)
+    print(f"evaluate: {run['name']}: test perplexity {metrics['test_ppl']:.2f}")
+
+    path = Path(config.paths.metrics) / f"{run['name']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(metrics, indent=2) + "\n")
+    partial.replace(path)
+    tracking.log_metrics(
+        run["mlflow_run_id"],
+        {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"],
+         "val/final_ppl": metrics["val_ppl"]},
+    )
+    return metrics
+
+
+def main(overrides: list[str]) -> None:
+    evaluate(compose_config(overrides))

@@ -1,0 +1,168 @@
+"""A GPT-style decoder in plain PyTorch: one config, one module per concept, init spelled out.
+
+It knows nothing of Lightning, Hydra or MLflow, so it can be read, counted and tested alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    context: int
+    width: int
+    n_heads: int
+    n_layers: int
+    mlp_hidden: int
+    # The output projection mixes the heads' outputs; with one head there is nothing to mix.
+    # None means "only when n_heads > 1", as in the course's model.
+    mix_heads: bool | None = None
+    init_std: float = 0.02
+
+    @property
+    def has_output_projection(self) -> bool:
+        return self.n_heads > 1 if self.mix_heads is None else self.mix_heads
+
+    def problems(self) -> list[str]:
+        """Every inconsistency, phrased with the config keys a user would edit."""
+        found = []
+        for key in ("vocab_size", "context", "width", "n_heads", "n_layers", "mlp_hidden"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                found.append(f"model.{key} must be a positive integer, got {value!r}")
+        if not found and self.width % self.n_heads:
+            found.append(
+                f"model.n_heads={self.n_heads} must divide model.width={self.width} "
+                "(the heads split the width)"
+            )
+        return found
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.head_width = config.width // config.n_heads
+        self.query_key_value = nn.Linear(config.width, 3 * config.width, bias=False)
+        self.output_projection = (
+            nn.Linear(config.width, config.width, bias=True)
+            if config.has_output_projection
+            else None
+        )
+        causal = torch.ones(config.context, config.context, dtype=torch.bool).tril()
+        self.register_buffer("causal_mask", causal, persistent=False)
+        # Off unless asked, so training pays nothing for inspection.
+        self.capture_weights = False
+        self.captured_weights: torch.Tensor | None = None
+        # One multiplier per head, or None: zeroing a head ablates its output.
+        self.head_mask: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.query_key_value(x).split(width, dim=2)
+        q, k, v = (
+            t.view(batch, length, self.n_heads, self.head_width).transpose(1, 2) for t in (q, k, v)
+        )
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_width)
+        scores = scores.masked_fill(~self.causal_mask[:length, :length], float("-inf"))
+        weights = scores.softmax(dim=-1)
+        if self.capture_weights:
+            self.captured_weights = weights.detach()
+        heads = weights @ v
+        if self.head_mask is not None:
+            heads = heads * self.head_mask.view(1, -1, 1, 1)
+        y = heads.transpose(1, 2).reshape(batch, length, width)
+        return y if self.output_projection is None else self.output_projection(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.expand = nn.Linear(config.width, config.mlp_hidden)
+        self.contract = nn.Linear(config.mlp_hidden, config.width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.contract(F.gelu(self.expand(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm: normalise, transform, add back to the residual stream."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(config.width)
+        self.attention = CausalSelfAttention(config)
+        self.mlp_norm = nn.RMSNorm(config.width)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        problems = config.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.width)
+        self.position_embedding = nn.Embedding(config.context, config.width)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.final_norm = nn.RMSNorm(config.width)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # PyTorch's default N(0, 1) embedding, tied to the output, starts with a loss near 88
+        # and never recovers; a small init is what makes the tied model train.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    @property
+    def attention_layers(self) -> list[CausalSelfAttention]:
+        return [block.attention for block in self.blocks]
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of the next token at every position, shape (batch, length, vocab)."""
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
+        for block in self.blocks:
+            x = block(x)
+        # The output layer is the token embedding itself (tied weights, no bias).
+        return self.final_norm(x) @ self.token_embedding.weight.T
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in nats over every position."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def parameter_breakdown(model: Decoder) -> dict[str, int]:
+    """Parameter count per top-level part; tied weights are counted once."""
+    parts: dict[str, int] = {}
+    for name, parameter in model.named_parameters():  # named_parameters skips tied duplicates
+        part = name.split(".")[0]
+        if part == "blocks":
+            part = ".".join(name.split(".")[:3])
+        parts[part] = parts.get(part, 0) + parameter.numel()
+    return parts
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """sha256 over every state_dict tensor, in name order: equal only for bit-identical weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

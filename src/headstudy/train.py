@@ -1,0 +1,161 @@
+"""Stage `train`: one model for one (head count, seed), tracked as one MLflow run.
+
+A kill midway loses at most one validation interval: the next `dvc repro` resumes from the
+last checkpoint under paths.checkpoints and continues the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import TQDMProgressBar
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from headstudy import tracking
+from headstudy.config import compose_config, config_digest, model_config, run_name
+from headstudy.data import TOKENIZER_FILE, prepared_digest, sha256_file
+from headstudy.model import Decoder, weights_sha256
+from headstudy.training import LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule
+
+MODEL_FILE = "model.pt"
+RUN_FILE = "run.json"
+CONFIG_FILE = "config.yaml"
+
+
+def model_dir(config: DictConfig) -> Path:
+    return Path(config.paths.models) / run_name(config)
+
+
+def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
+    """Resume state of this model under another config can never be used: close its run."""
+    for stale in checkpoints.glob(f"{name}-*"):
+        if stale != keep and stale.is_dir():
+            run_id_file = stale / "mlflow_run_id"
+            if run_id_file.is_file():
+                tracking.mark_killed(run_id_file.read_text().strip())
+            shutil.rmtree(stale)
+
+
+def train(config: DictConfig, overrides: list[str]) -> dict:
+    torch.set_num_threads(config.threads)
+    L.seed_everything(config.seed, workers=True)
+    name = run_name(config)
+    prepared = Path(config.paths.prepared)
+    resume_dir = Path(config.paths.checkpoints) / f"{name}-{config_digest(config)}"
+    abandon_stale_resumes(resume_dir.parent, name, keep=resume_dir)
+    resume_checkpoint = resume_dir / "last.ckpt"
+    run_id_file = resume_dir / "mlflow_run_id"
+    resuming = resume_checkpoint.is_file() and run_id_file.is_file()
+
+    model = Decoder(model_config(config))
+    datamodule = TokenDataModule(
+        prepared,
+        config.data.batch_size,
+        config.model.context,
+        config.seed,
+        config.trainer.val_every_steps,
+    )
+    logger = tracking.training_logger(run_id_file.read_text().strip() if resuming else None, name)
+    run_id = logger.run_id
+    resume_dir.mkdir(parents=True, exist_ok=True)
+    run_id_file.write_text(run_id)
+    if not resuming:
+        tracking.record_provenance(
+            run_id,
+            config,
+            {
+                "stage": os.environ.get("DVC_STAGE", "manual"),
+                "overrides": " ".join(overrides),
+                "data.sha256": prepared_digest(prepared),
+                "data.dvc_md5": dvc_locked_md5(prepared),
+                "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
+            },
+            resume_dir,
+        )
+    else:
+        print(f"train: resuming {name} from {resume_checkpoint} (MLflow run {run_id})")
+
+    throughput = Throughput(config.data.batch_size * config.model.context)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=config.trainer.max_steps,
+        max_epochs=-1,
+        logger=logger,
+        callbacks=[ResumeCheckpoint(resume_checkpoint), throughput, TQDMProgressBar(refresh_rate=10)],
+        deterministic=config.trainer.deterministic,
+        log_every_n_steps=config.trainer.log_every_steps,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
+
+    record = {
+        "name": name,
+        "heads": config.model.n_heads,
+        "seed": config.seed,
+        "params": sum(p.numel() for p in model.parameters()),
+        "mlflow_run_id": run_id,
+        "weights_sha256": weights_sha256(model),
+        "tokens_per_sec": throughput.tokens_per_sec,
+    }
+    write_model(model_dir(config), model, config, record)
+    tracking.log_metrics(
+        run_id,
+        {"params": record["params"], "train/tokens_per_sec": record["tokens_per_sec"]},
+        step=trainer.global_step,
+    )
+    tracking.set_tags(run_id, {"weights.sha256": record["weights_sha256"]})
+    for artifact in (CONFIG_FILE, MODEL_FILE):
+        tracking.log_artifact(run_id, model_dir(config) / artifact)
+    shutil.rmtree(resume_dir)
+    print(f"train: {name}: {record['tokens_per_sec']:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
+    return record
+
+
+def write_model(directory: Path, model: Decoder, config: DictConfig, record: dict) -> None:
+    staging = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    torch.save(
+        {"model_config": OmegaConf.to_container(config.model), "state_dict": model.state_dict()},
+        staging / MODEL_FILE,
+    )
+    (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(config))
+    (staging / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+
+
+def dvc_locked_md5(prepared: Path) -> str:
+    """The prepared data's md5 as dvc.lock records it, if the pipeline has run."""
+    import yaml
+
+    lock = Path("dvc.lock")
+    if not lock.is_file():
+        return "none"
+    for stage in yaml.safe_load(lock.read_text()).get("stages", {}).values():
+        for out in stage.get("outs", []):
+            if Path(out["path"]) == prepared:
+                return out.get("md5", "none")
+    return "none"
+
+
+def load_model(directory: Path) -> Decoder:
+    from headstudy.model import ModelConfig
+
+    saved = torch.load(Path(directory) / MODEL_FILE, map_location="cpu", weights_only=True)
+    model = Decoder(ModelConfig(**saved["model_config"]))
+    model.load_state_dict(saved["state_dict"])
+    return model.eval()
+
+
+def main(overrides: list[str]) -> None:
+    train(compose_config(overrides), overrides)
