@@ -9,8 +9,10 @@ COMMANDS = {
     "prepare": "prepare the corpus and tokenizer (DVC stage)",
     "train": "train one model (DVC stage)",
     "evaluate": "test perplexity of one trained model (DVC stage)",
+    "baselines": "unigram and bigram baselines on the test split (DVC stage)",
     "report": "render reports/ from the metrics (DVC stage)",
     "count": "print the model's parameter count as JSON",
+    "reproduce": "retrain a tracked MLflow run and check it is bit-identical",
 }
 
 

@@ -155,3 +155,13 @@ def mark_killed(run_id: str) -> None:
 
 def get_run(run_id: str):
     return client().get_run(run_id)
+
+
+def download_artifact(run_id: str, artifact_path: str, destination: Path) -> Path:
+    return Path(client().download_artifacts(run_id, artifact_path, str(destination)))
+
+
+def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) in step order; one value per step, the latest logged."""
+    latest = {m.step: m for m in sorted(client().get_metric_history(run_id, key), key=lambda m: m.timestamp)}
+    return [(step, latest[step].value) for step in sorted(latest)]

@@ -41,7 +41,7 @@ def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
             shutil.rmtree(stale)
 
 
-def train(config: DictConfig, overrides: list[str]) -> dict:
+def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = None) -> dict:
     torch.set_num_threads(config.threads)
     L.seed_everything(config.seed, workers=True)
     name = run_name(config)
@@ -74,6 +74,7 @@ def train(config: DictConfig, overrides: list[str]) -> dict:
                 "data.sha256": prepared_digest(prepared),
                 "data.dvc_md5": dvc_locked_md5(prepared),
                 "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
+                **(extra_tags or {}),
             },
             resume_dir,
         )
@@ -107,6 +108,7 @@ def train(config: DictConfig, overrides: list[str]) -> dict:
         "tokens_per_sec": throughput.tokens_per_sec,
     }
     write_model(model_dir(config), model, config, record)
+    write_curve(config, tracking.metric_history(run_id, "val/ppl"))
     tracking.log_metrics(
         run_id,
         {"params": record["params"], "train/tokens_per_sec": record["tokens_per_sec"]},
@@ -132,6 +134,18 @@ def write_model(directory: Path, model: Decoder, config: DictConfig, record: dic
     (staging / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
+
+
+def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:
+    """Validation perplexity against training tokens, read back from the run: a resumed run's
+    curve holds the points from before the kill too."""
+    path = Path(config.paths.metrics) / "curves" / f"{run_name(config)}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokens_per_step = config.data.batch_size * config.model.context
+    lines = ["step,tokens,val_ppl"] + [f"{step},{step * tokens_per_step},{ppl!r}" for step, ppl in history]
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("\n".join(lines) + "\n")
+    partial.replace(path)
 
 
 def dvc_locked_md5(prepared: Path) -> str:

@@ -1,0 +1,52 @@
+"""Stage `baselines`: unigram and bigram models (add-k smoothed) on the same tokenizer,
+scored on the same test tokens as the transformers: every token after the first, once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from headstudy.config import compose_config
+from headstudy.data import load_stats, load_tokens
+
+
+def unigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: float) -> float:
+    counts = np.bincount(train, minlength=vocab_size) + add_k
+    log_probs = np.log(counts / counts.sum())
+    return float(-log_probs[test[1:]].sum())
+
+
+def bigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: float) -> float:
+    pairs = train[:-1].astype(np.int64) * vocab_size + train[1:]
+    counts = np.bincount(pairs, minlength=vocab_size * vocab_size).reshape(vocab_size, vocab_size) + add_k
+    log_probs = np.log(counts / counts.sum(axis=1, keepdims=True))
+    return float(-log_probs[test[:-1], test[1:]].sum())
+
+
+def baselines(config: DictConfig) -> dict:
+    prepared = Path(config.paths.prepared)
+    train = np.asarray(load_tokens(prepared, "train"), dtype=np.int64)
+    test = np.asarray(load_tokens(prepared, "test"), dtype=np.int64)
+    stats = load_stats(prepared)["splits"]["test"]
+    words = stats["words"] + stats["lines"]  # one end-of-line per line, as for the models
+    vocab_size, add_k = config.data.vocab_size, config.baselines.add_k
+    results = {}
+    for name, nll in (("unigram", unigram_nll), ("bigram", bigram_nll)):
+        total = nll(train, test, vocab_size, add_k)
+        results[name] = {
+            "add_k": add_k,
+            "test_ppl": float(np.exp(total / (len(test) - 1))),
+            "test_word_ppl": float(np.exp(total / words)),
+        }
+        print(f"baselines: {name}: test perplexity {results[name]['test_ppl']:.2f}")
+    path = Path(config.paths.metrics) / "baselines.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def main(overrides: list[str]) -> None:
+    baselines(compose_config(overrides))

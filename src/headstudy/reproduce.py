@@ -1,0 +1,89 @@
+"""`headstudy reproduce RUN_ID`: retrain and re-evaluate a tracked run from its logged config,
+in a temporary directory, and say whether the result is bit-identical."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from headstudy import tracking
+from headstudy.config import ConfigError, validate
+from headstudy.data import TOKENIZER_FILE, prepared_digest, sha256_file
+
+ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
+
+
+def check_prepared_data(run, prepared: Path) -> None:
+    recorded = run.data.tags
+    if not (prepared / TOKENIZER_FILE).is_file():
+        raise ConfigError(f"{prepared}/{TOKENIZER_FILE} not found: run `dvc repro prepare` first")
+    tokenizer = sha256_file(prepared / TOKENIZER_FILE)
+    if tokenizer != recorded.get("tokenizer.sha256"):
+        raise ConfigError(
+            f"{prepared}/{TOKENIZER_FILE} has sha256 {tokenizer}, run {run.info.run_id} "
+            f"recorded {recorded.get('tokenizer.sha256')}: the tokenizer differs"
+        )
+    data = prepared_digest(prepared)
+    if data != recorded.get("data.sha256"):
+        raise ConfigError(
+            f"{prepared}/ has sha256 {data}, run {run.info.run_id} recorded "
+            f"{recorded.get('data.sha256')}: the prepared token data differs"
+        )
+
+
+def environment_differences(run) -> dict[str, tuple[str, str]]:
+    now = tracking.environment()
+    return {
+        key: (run.data.tags.get(key, "unrecorded"), value)
+        for key, value in now.items()
+        if run.data.tags.get(key) != value
+    }
+
+
+def reproduce(run_id: str) -> bool:
+    from headstudy.evaluate import evaluate
+    from headstudy.train import CONFIG_FILE, train
+
+    run = tracking.get_run(run_id)
+    with tempfile.TemporaryDirectory(prefix="headstudy-reproduce-") as scratch:
+        scratch = Path(scratch)
+        config = OmegaConf.load(tracking.download_artifact(run_id, CONFIG_FILE, scratch))
+        validate(config)
+        prepared = Path(config.paths.prepared)
+        check_prepared_data(run, prepared)
+        differences = environment_differences(run)
+        for key, (then, now) in differences.items():
+            print(f"reproduce: environment differs: {key} was {then!r}, is {now!r}")
+        for key in ("models", "metrics", "checkpoints"):
+            config.paths[key] = str(scratch / key)
+        print(f"reproduce: retraining run {run_id} ({run.data.tags.get('mlflow.runName')})")
+        record = train(
+            config,
+            run.data.tags.get("overrides", "").split(),
+            extra_tags={"reproduces": run_id, "stage": "reproduce"},
+        )
+        metrics = evaluate(config)
+
+    recorded_hash = run.data.tags.get("weights.sha256")
+    recorded_ppl = run.data.metrics.get("test/ppl")
+    same_weights = record["weights_sha256"] == recorded_hash
+    same_ppl = metrics["test_ppl"] == recorded_ppl
+    print(f"weights sha256: {'identical' if same_weights else 'different'}: "
+          f"logged {recorded_hash}, now {record['weights_sha256']}")
+    print(f"test/ppl: {'identical' if same_ppl else 'different'}: "
+          f"logged {recorded_ppl!r}, now {metrics['test_ppl']!r}")
+    if not (same_weights and same_ppl):
+        causes = [key for key in ENVIRONMENT_CAUSES if key in differences]
+        if causes:
+            print(f"reproduce: likely cause: the environment differs in {', '.join(causes)}")
+    return same_weights and same_ppl
+
+
+def main(args: list[str]) -> None:
+    if len(args) != 1:
+        raise ConfigError("usage: headstudy reproduce RUN_ID")
+    if not reproduce(args[0]):
+        sys.exit(1)

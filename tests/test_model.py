@@ -1,0 +1,69 @@
+import subprocess
+
+import pytest
+import torch
+
+from headstudy.config import ConfigError, compose_config, model_config
+from headstudy.count import count
+from headstudy.model import Decoder, weights_sha256
+
+
+@pytest.mark.parametrize("heads, expected", [(1, 328_704), (4, 345_216)])
+def test_course_preset_matches_the_seed_parameter_counts(in_project, heads, expected):
+    assert count([f"model.n_heads={heads}"])["params"] == expected
+
+
+def test_four_heads_add_exactly_one_output_projection_with_bias(in_project):
+    one, four = count(["model.n_heads=1"]), count(["model.n_heads=4"])
+    assert four["params"] - one["params"] == 128 * 128 + 128
+    assert sum(one["parts"].values()) == one["params"]
+
+
+def test_mix_heads_switches_the_output_projection_explicitly(in_project):
+    assert count(["model.n_heads=1", "model.mix_heads=true"])["params"] == 328_704 + 16_512
+    assert count(["model.n_heads=4", "model.mix_heads=false"])["params"] == 328_704
+
+
+def test_heads_that_do_not_divide_width_fail_before_any_work(in_project):
+    with pytest.raises(ConfigError, match=r"model\.n_heads=3 must divide model\.width=128"):
+        compose_config(["model.n_heads=3"])
+
+
+def test_bad_config_exits_non_zero_with_one_line_naming_both_keys(in_project):
+    result = subprocess.run(
+        ["headstudy", "count", "model.n_heads=5"], capture_output=True, text=True, cwd=in_project
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "model.n_heads=5" in lines[0] and "model.width=128" in lines[0]
+
+
+def test_unknown_override_is_a_one_line_error(in_project):
+    with pytest.raises(ConfigError, match="model.headz"):
+        compose_config(["model.headz=4"])
+
+
+def test_model_outputs_next_token_logits_for_every_position(in_project):
+    model = Decoder(model_config(compose_config(["model=tiny", "model.n_heads=4"])))
+    tokens = torch.randint(0, 1024, (2, 32))
+    assert model(tokens).shape == (2, 32, 1024)
+
+
+def test_attention_is_causal(in_project):
+    model = Decoder(model_config(compose_config(["model=tiny", "model.n_heads=2"]))).eval()
+    tokens = torch.randint(0, 1024, (1, 16))
+    changed = tokens.clone()
+    changed[0, 10:] = (changed[0, 10:] + 1) % 1024
+    assert torch.equal(model(tokens)[0, :10], model(changed)[0, :10])
+    assert not torch.equal(model(tokens)[0, 10:], model(changed)[0, 10:])
+
+
+def test_weights_hash_sees_a_single_changed_weight(in_project):
+    model = Decoder(model_config(compose_config(["model=tiny"])))
+    before = weights_sha256(model)
+    assert weights_sha256(model) == before
+    with torch.no_grad():
+        model.final_norm.weight[0] += 1e-6
+    assert weights_sha256(model) != before
