@@ -27,6 +27,6 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         importlib.import_module(f"headstudy.{command}").main(rest)
-    except (ConfigError, FileNotFoundError) as error:
+    except (ConfigError, FileNotFoundError, LookupError) as error:
         print(f"headstudy {command}: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from headstudy import tracking
-from headstudy.config import compose_config, run_name
+from headstudy.config import compose_config
 from headstudy.data import load_stats, load_tokens, stream_batches
 from headstudy.model import Decoder
+from headstudy.trained import load_model, model_dir, read_run
 
 
 @torch.no_grad()
@@ -35,12 +36,10 @@ def perplexity(total_nll: float, count: int) -> float:
 
 
 def evaluate(config: DictConfig) -> dict:
-    from headstudy.train import RUN_FILE, load_model, model_dir
-
     torch.set_num_threads(config.threads)
     directory = model_dir(config)
     model = load_model(directory)
-    run = json.loads((directory / RUN_FILE).read_text())
+    run = read_run(directory)
     prepared = Path(config.paths.prepared)
     stats = load_stats(prepared)["splits"]
     metrics = {

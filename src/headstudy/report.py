@@ -60,11 +60,11 @@ def summarise(metrics: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def compare(rows: list[dict], heads_a: int, heads_b: int) -> dict:
+def compare(rows: list[dict], heads_a: int, heads_b: int) -> dict | None:
+    """The paired comparison, or None when the study lacks one of the two head counts."""
     by_heads = {row["heads"]: dict(zip(row["seeds"], row["test_ppl"])) for row in rows}
-    missing = [h for h in (heads_a, heads_b) if h not in by_heads]
-    if missing:
-        raise ValueError(f"report.compare needs head counts {missing} in study.heads")
+    if heads_a not in by_heads or heads_b not in by_heads:
+        return None
     return paired_difference(by_heads[heads_a], by_heads[heads_b], heads_a, heads_b)
 
 
@@ -119,7 +119,20 @@ def comparison_table(comparison: dict, rows: list[dict], claim: dict) -> pd.Data
     })
 
 
-def blocks(rows, baselines, comparison, claim, stats, figure_paths) -> list[tuple[str, object]]:
+def comparison_blocks(comparison: dict | None, rows: list[dict], settings: dict) -> list[tuple[str, object]]:
+    if comparison is None:
+        heads_a, heads_b = settings["compare"]
+        return [("text", f"No comparison: report.compare asks for {heads_a} and {heads_b} heads, "
+                         "and study.heads lacks one of them.")]
+    return [
+        ("text", verdict(comparison)),
+        ("table", comparison_table(comparison, rows, settings["seed_claim"])),
+        ("text", "The course chapter's corpus is not known, so its perplexities are not comparable "
+                 "with ours in level; its direction and its relative change are."),
+    ]
+
+
+def blocks(rows, baselines, comparison, settings, stats, figure_paths) -> list[tuple[str, object]]:
     test = stats["splits"]["test"]
     tokens_per_word = (test["tokens"] - 1) / (test["words"] + test["lines"])
     laggards = [model_label(r["heads"]) for r in rows if r["test_ppl_mean"] >= baselines["bigram"]["test_ppl"]]
@@ -130,10 +143,7 @@ def blocks(rows, baselines, comparison, claim, stats, figure_paths) -> list[tupl
                  "Student-t confidence interval across seeds."),
         ("table", results_table(rows, baselines)),
         ("heading", "The comparison"),
-        ("text", verdict(comparison)),
-        ("table", comparison_table(comparison, rows, claim)),
-        ("text", "The course chapter's corpus is not known, so its perplexities are not comparable "
-                 "with ours in level; its direction and its relative change are."),
+        *comparison_blocks(comparison, rows, settings),
         ("text", ("Every transformer beats the bigram baseline." if not laggards else
                   f"Warning: {', '.join(laggards)} do(es) not beat the bigram baseline: "
                   "something is wrong with that training.")),
@@ -211,7 +221,7 @@ def main(overrides: list[str]) -> None:
                                   figure_dir / "validation_curves.png"),
         figures.test_perplexity(rows, baselines, figure_dir / "test_perplexity.png"),
     ]
-    parts = blocks(rows, baselines, comparison, settings["seed_claim"], stats, figure_paths)
+    parts = blocks(rows, baselines, comparison, settings, stats, figure_paths)
     summary = {"rows": rows, "baselines": {k: baselines[k] for k in ("unigram", "bigram")},
                "comparison": comparison}
     write_atomically(REPORTS_DIR / "summary.json", json.dumps(nan_to_null(summary), indent=2) + "\n")
@@ -221,4 +231,4 @@ def main(overrides: list[str]) -> None:
         for path in figure_paths:
             tracking.log_artifact(run_id, path, "report")
     print(results_table(rows, baselines).to_string(index=False))
-    print(verdict(comparison))
+    print(verdict(comparison) if comparison else "no comparison: see reports/results.md")

@@ -45,15 +45,15 @@ def environment_differences(run) -> dict[str, tuple[str, str]]:
 
 def reproduce(run_id: str) -> bool:
     from headstudy.evaluate import evaluate
-    from headstudy.train import CONFIG_FILE, train
+    from headstudy.train import train
+    from headstudy.trained import CONFIG_FILE
 
     run = tracking.get_run(run_id)
+    check_prepared_data(run, Path(run.data.params["paths.prepared"]))
     with tempfile.TemporaryDirectory(prefix="headstudy-reproduce-") as scratch:
         scratch = Path(scratch)
         config = OmegaConf.load(tracking.download_artifact(run_id, CONFIG_FILE, scratch))
         validate(config)
-        prepared = Path(config.paths.prepared)
-        check_prepared_data(run, prepared)
         differences = environment_differences(run)
         for key, (then, now) in differences.items():
             print(f"reproduce: environment differs: {key} was {then!r}, is {now!r}")

@@ -15,6 +15,9 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+# Progress bars for small artifacts only clutter the terminal and the one-line errors.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
 EXPERIMENT = "headstudy"
 DEFAULT_STORE = "mlflow.db"
 PIPELINE_RESULTS = ("dvc.lock", "metrics", "reports")
@@ -154,7 +157,10 @@ def mark_killed(run_id: str) -> None:
 
 
 def get_run(run_id: str):
-    return client().get_run(run_id)
+    try:
+        return client().get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        raise LookupError(f"run {run_id!r} not found in the MLflow store {tracking_uri()}") from None
 
 
 def download_artifact(run_id: str, artifact_path: str, destination: Path) -> Path:

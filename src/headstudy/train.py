@@ -6,7 +6,6 @@ last checkpoint under paths.checkpoints and continues the same MLflow run.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -14,22 +13,14 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from headstudy import tracking
 from headstudy.config import compose_config, config_digest, model_config, run_name
 from headstudy.data import TOKENIZER_FILE, prepared_digest, sha256_file
 from headstudy.model import Decoder, weights_sha256
+from headstudy.trained import CONFIG_FILE, MODEL_FILE, model_dir, write_model
 from headstudy.training import LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule
-
-MODEL_FILE = "model.pt"
-RUN_FILE = "run.json"
-CONFIG_FILE = "config.yaml"
-
-
-def model_dir(config: DictConfig) -> Path:
-    return Path(config.paths.models) / run_name(config)
-
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
     """Resume state of this model under another config can never be used: close its run."""
@@ -122,20 +113,6 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     return record
 
 
-def write_model(directory: Path, model: Decoder, config: DictConfig, record: dict) -> None:
-    staging = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    torch.save(
-        {"model_config": OmegaConf.to_container(config.model), "state_dict": model.state_dict()},
-        staging / MODEL_FILE,
-    )
-    (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(config))
-    (staging / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    shutil.rmtree(directory, ignore_errors=True)
-    staging.rename(directory)
-
-
 def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:
     """Validation perplexity against training tokens, read back from the run: a resumed run's
     curve holds the points from before the kill too."""
@@ -160,15 +137,6 @@ def dvc_locked_md5(prepared: Path) -> str:
             if Path(out["path"]) == prepared:
                 return out.get("md5", "none")
     return "none"
-
-
-def load_model(directory: Path) -> Decoder:
-    from headstudy.model import ModelConfig
-
-    saved = torch.load(Path(directory) / MODEL_FILE, map_location="cpu", weights_only=True)
-    model = Decoder(ModelConfig(**saved["model_config"]))
-    model.load_state_dict(saved["state_dict"])
-    return model.eval()
 
 
 def main(overrides: list[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -30,18 +31,16 @@ class TrainingBatches(Dataset):
 
 
 class StepSampler(Sampler[int]):
-    """Epoch e yields the step numbers of that epoch. Lightning calls set_epoch before every
-    epoch, a resumed one included, so the steps continue where the checkpoint left off."""
+    """The step numbers of one epoch, counted on from the trainer's global step when the epoch
+    starts. After a resume that is the checkpoint's step, so the batches continue exactly where
+    the interrupted run stopped, whatever Lightning's epoch counter says."""
 
-    def __init__(self, steps_per_epoch: int):
+    def __init__(self, steps_per_epoch: int, current_step: Callable[[], int]):
         self.steps_per_epoch = steps_per_epoch
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.current_step = current_step
 
     def __iter__(self):
-        first = self.epoch * self.steps_per_epoch
+        first = self.current_step()
         return iter(range(first, first + self.steps_per_epoch))
 
     def __len__(self) -> int:
@@ -60,7 +59,7 @@ class TokenDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         batches = TrainingBatches(self.train_tokens, self.batch_size, self.context, self.seed)
-        return DataLoader(batches, batch_size=None, sampler=StepSampler(self.steps_per_epoch))
+        return DataLoader(batches, batch_size=None, sampler=StepSampler(self.steps_per_epoch, lambda: self.trainer.global_step))
 
     def val_dataloader(self) -> DataLoader:
         batches = list(stream_batches(self.valid_tokens, self.context, self.batch_size))
@@ -115,7 +114,7 @@ class ResumeCheckpoint(L.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         partial = self.path.with_name(self.path.name + ".partial")
-        trainer.save_checkpoint(partial)
+        trainer.save_checkpoint(partial, weights_only=False)
         os.replace(partial, self.path)
 
 
