@@ -44,11 +44,11 @@ def test_text_folder_round_trips_through_tokenizer_and_token_files(in_project, t
 
 
 def test_stats_count_tokens_words_and_lines_per_split(in_project, tmp_path):
-    write_corpus(tmp_path / "corpus")
+    lines = write_corpus(tmp_path / "corpus")
     prepared = prepare_text_folder(tmp_path)
     splits = load_stats(prepared)["splits"]
     assert [splits[s]["lines"] for s in ("train", "valid", "test")] == [160, 20, 20]
-    assert splits["valid"]["words"] == 20 * 8
+    assert splits["valid"]["words"] == sum(len(line.split()) for line in lines[160:180])
     assert all(splits[s]["tokens"] == len(load_tokens(prepared, s)) for s in splits)
 
 
