@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import TQDMProgressBar
 import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
 from omegaconf import DictConfig
 
 from headstudy import tracking
@@ -21,6 +21,7 @@ from headstudy.data import TOKENIZER_FILE, prepared_digest, sha256_file
 from headstudy.model import Decoder, weights_sha256
 from headstudy.trained import CONFIG_FILE, MODEL_FILE, model_dir, write_model
 from headstudy.training import LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule
+
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
     """Resume state of this model under another config can never be used: close its run."""
@@ -41,7 +42,10 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     abandon_stale_resumes(resume_dir.parent, name, keep=resume_dir)
     resume_checkpoint = resume_dir / "last.ckpt"
     run_id_file = resume_dir / "mlflow_run_id"
-    resuming = resume_checkpoint.is_file() and run_id_file.is_file()
+    previous_run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
+    resuming = previous_run_id is not None and resume_checkpoint.is_file()
+    if previous_run_id and not resuming:  # killed before its first checkpoint: start afresh
+        tracking.mark_killed(previous_run_id)
 
     model = Decoder(model_config(config))
     datamodule = TokenDataModule(
@@ -51,7 +55,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
         config.seed,
         config.trainer.val_every_steps,
     )
-    logger = tracking.training_logger(run_id_file.read_text().strip() if resuming else None, name)
+    logger = tracking.training_logger(previous_run_id if resuming else None, name)
     run_id = logger.run_id
     resume_dir.mkdir(parents=True, exist_ok=True)
     run_id_file.write_text(run_id)
@@ -73,19 +77,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
         print(f"train: resuming {name} from {resume_checkpoint} (MLflow run {run_id})")
 
     throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=config.trainer.max_steps,
-        max_epochs=-1,
-        logger=logger,
-        callbacks=[ResumeCheckpoint(resume_checkpoint), throughput, TQDMProgressBar(refresh_rate=10)],
-        deterministic=config.trainer.deterministic,
-        log_every_n_steps=config.trainer.log_every_steps,
-        num_sanity_val_steps=0,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-    )
+    trainer = build_trainer(config, logger, [ResumeCheckpoint(resume_checkpoint), throughput])
     module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
 
@@ -111,6 +103,22 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     shutil.rmtree(resume_dir)
     print(f"train: {name}: {record['tokens_per_sec']:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
     return record
+
+
+def build_trainer(config: DictConfig, logger, callbacks: list[L.Callback]) -> L.Trainer:
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=config.trainer.max_steps,
+        max_epochs=-1,
+        logger=logger,
+        callbacks=[*callbacks, TQDMProgressBar(refresh_rate=10)],
+        deterministic=config.trainer.deterministic,
+        log_every_n_steps=config.trainer.log_every_steps,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
 
 
 def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:
