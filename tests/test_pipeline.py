@@ -27,8 +27,14 @@ TINY = {
 }
 
 
-def run(project: Path, *command: str, check: bool = True) -> subprocess.CompletedProcess:
+def environment() -> dict[str, str]:
+    """The project's own MLflow store, and no DVC telemetry from a machine without network."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return {**env, "DVC_NO_ANALYTICS": "1"}
+
+
+def run(project: Path, *command: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = environment()
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
@@ -71,7 +77,9 @@ def project(tmp_path_factory) -> Path:
 
 def test_repro_trains_evaluates_and_reports_every_model(project):
     result = run(project, "dvc", "repro")
-    assert ran_stages(result.stdout) == {"prepare", "baselines", "train@1-0", "evaluate@1-0", "report"}
+    assert ran_stages(result.stdout) == {
+        "prepare", "baselines", "train@1-0", "evaluate@1-0", "inspect", "report"
+    }
     summary = json.loads((project / "reports/summary.json").read_text())
     [row] = summary["rows"]
     assert row["heads"] == 1 and row["seeds"] == [0]
@@ -79,7 +87,12 @@ def test_repro_trains_evaluates_and_reports_every_model(project):
     metrics = json.loads((project / "metrics/h1-s0.json").read_text())
     assert row["test_ppl"] == [metrics["test_ppl"]]
     assert 1 < metrics["test_ppl"] < 1024
-    assert "One attention head" in (project / "reports/results.md").read_text()
+    report = (project / "reports/results.md").read_text()
+    assert "One attention head" in report and "Inside the heads" in report
+    assert "no claim is made" in report  # one seed gives no interval
+    assert (project / "reports/results.html").read_text().count("data:image/png;base64,") == 4
+    heads = json.loads((project / "reports/heads.json").read_text())
+    assert [(row["heads"], row["head"]) for row in heads["rows"]] == [(1, 0)]
 
     [tracked] = runs(project)
     assert tracked.info.run_id == row["mlflow_run_ids"][0]
@@ -99,9 +112,13 @@ def test_second_repro_runs_nothing(project):
 def test_adding_a_head_count_trains_only_the_new_model(project):
     edit_params(project, "study", heads=[1, 4])
     result = run(project, "dvc", "repro")
-    assert ran_stages(result.stdout) == {"train@4-0", "evaluate@4-0", "report"}
+    assert ran_stages(result.stdout) == {"train@4-0", "evaluate@4-0", "inspect", "report"}
     summary = json.loads((project / "reports/summary.json").read_text())
     assert [row["heads"] for row in summary["rows"]] == [1, 4]
+    assert summary["comparison"]["heads_a"] == 1 and summary["comparison"]["heads_b"] == 4
+    heads = json.loads((project / "reports/heads.json").read_text())
+    assert [(row["heads"], row["head"]) for row in heads["rows"]] == [(1, 0), (4, 0), (4, 1), (4, 2), (4, 3)]
+    assert heads["claim"] is not None
     assert len(runs(project)) == 2
 
 
@@ -118,9 +135,8 @@ def test_changing_a_training_parameter_retrains_every_model(project):
 def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     uninterrupted = json.loads((project / "models/h1-s0/run.json").read_text())
     shutil.rmtree(project / "models/h1-s0")  # DVC now has to train this model again
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     killed = subprocess.Popen(
-        ["dvc", "repro", "train@1-0"], cwd=project, env=env, start_new_session=True,
+        ["dvc", "repro", "train@1-0"], cwd=project, env=environment(), start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     checkpoints = project / "checkpoints"

@@ -10,6 +10,7 @@ COMMANDS = {
     "train": "train one model (DVC stage)",
     "evaluate": "test perplexity of one trained model (DVC stage)",
     "baselines": "unigram and bigram baselines on the test split (DVC stage)",
+    "inspect": "per-head attention scores and ablations of the trained models (DVC stage)",
     "report": "render reports/ from the metrics (DVC stage)",
     "count": "print the model's parameter count as JSON",
     "reproduce": "retrain a tracked MLflow run and check it is bit-identical",

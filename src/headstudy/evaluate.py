@@ -1,5 +1,5 @@
-"""Stage `evaluate`: perplexity of one trained model on the whole test and validation streams,
-written as a DVC metrics file and logged to the model's own MLflow run."""
+"""Stage `evaluate`: perplexity of one trained model on the whole test stream, written as a
+DVC metrics file and logged to the model's own MLflow run."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from headstudy import tracking
 from headstudy.config import compose_config
 from headstudy.data import load_stats, load_tokens, stream_batches
-from headstudy.model import Decoder
+from headstudy.model import Decoder, next_token_loss
 from headstudy.trained import load_model, model_dir, read_run
 
 
@@ -25,8 +24,7 @@ def stream_nll(model: Decoder, tokens: np.ndarray, batch_size: int) -> tuple[flo
     model.eval()
     total, count = 0.0, 0
     for inputs, targets in stream_batches(tokens, model.config.context, batch_size):
-        logits = model(inputs)
-        total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+        total += next_token_loss(model(inputs), targets, reduction="sum").item()
         count += targets.numel()
     return total, count
 
@@ -49,11 +47,8 @@ def evaluate(config: DictConfig) -> dict:
         "params": run["params"],
         "mlflow_run_id": run["mlflow_run_id"],
     }
-    for split, key in (("test", "test"), ("valid", "val")):
-        total, count = stream_nll(model, load_tokens(prepared, split), config.data.batch_size)
-        metrics[f"{key}_ppl"] = perplexity(total, count)
-        metrics[f"{key}_nll"] = total
-        metrics[f"{key}_tokens_predicted"] = count
+    total, count = stream_nll(model, load_tokens(prepared, "test"), config.data.batch_size)
+    metrics.update(test_ppl=perplexity(total, count), test_nll=total, test_tokens_predicted=count)
     test_words = stats["test"]["words"] + stats["test"]["lines"]  # one end-of-line per line
     metrics["test_word_ppl"] = perplexity(metrics["test_nll"], test_words)
     print(f"evaluate: {run['name']}: test perplexity {metrics['test_ppl']:.2f}")
@@ -65,8 +60,7 @@ def evaluate(config: DictConfig) -> dict:
     partial.replace(path)
     tracking.log_metrics(
         run["mlflow_run_id"],
-        {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"],
-         "val/final_ppl": metrics["val_ppl"]},
+        {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"]},
     )
     return metrics
 

@@ -56,3 +56,43 @@ def save(figure, path: Path) -> Path:
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def attention_maps(weights, labels: list[str], title: str, path: Path) -> Path:
+    """One panel per head: row = the token attending, column = the token attended to."""
+    heads = weights.shape[0]
+    figure, axes = plt.subplots(1, heads, figsize=(3.6 * heads + 0.6, 4.2), squeeze=False)
+    ticks = range(len(labels))
+    for head, ax in enumerate(axes[0]):
+        ax.imshow(weights[head], cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"head {head}")
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=7)
+        ax.set_yticks(ticks, labels if head == 0 else [], fontsize=7)
+    figure.suptitle(f"Attention maps, {title}")
+    return save(figure, path)
+
+
+def head_scores(rows: list[dict], path: Path) -> Path:
+    """Per-head scores grouped by model, mean over seeds with the sd as error bar."""
+    scores = {"previous_token": "previous token", "self": "self", "first_position": "first position"}
+    figure, (shares, ablation) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    labels = [f"{r['heads']}h · L{r['layer']} H{r['head']}" for r in rows]
+    width = 0.8 / len(scores)
+    for index, (key, name) in enumerate(scores.items()):
+        positions = [i + (index - 1) * width for i in range(len(rows))]
+        shares.bar(positions, [r[key]["mean"] for r in rows], width, yerr=[r[key]["sd"] for r in rows],
+                   capsize=2, label=name)
+    shares.set_xticks(range(len(rows)), labels, rotation=45, ha="right")
+    shares.set_ylabel("mean attention weight")
+    shares.set_title("Where each head's attention goes")
+    shares.legend()
+    ablation.bar(labels, [r["ablation_delta_ppl"]["mean"] for r in rows],
+                 yerr=[r["ablation_delta_ppl"]["sd"] for r in rows], capsize=3, color="tab:gray")
+    ablation.set_xticks(range(len(rows)), labels, rotation=45, ha="right")
+    ablation.set_ylabel("test perplexity rise when zeroed")
+    ablation.set_yscale("log")
+    title = "What each head is worth"
+    if any(r["heads"] == 1 for r in rows):
+        title += "\n(1 head: zeroing it removes attention altogether)"
+    ablation.set_title(title)
+    return save(figure, path)

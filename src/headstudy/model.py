@@ -143,9 +143,9 @@ class Decoder(nn.Module):
         return self.final_norm(x) @ self.token_embedding.weight.T
 
 
-def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy in nats over every position."""
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy in nats over every position: the mean for training, the sum for perplexity."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction=reduction)
 
 
 def parameter_breakdown(model: Decoder) -> dict[str, int]:

@@ -132,27 +132,71 @@ def comparison_blocks(comparison: dict | None, rows: list[dict], settings: dict)
     ]
 
 
-def blocks(rows, baselines, comparison, settings, stats, figure_paths) -> list[tuple[str, object]]:
+def heads_table(heads: dict) -> pd.DataFrame:
+    def cell(row, key, digits=2):
+        return f"{row[key]['mean']:.{digits}f} ± {row[key]['sd']:.{digits}f}"
+
+    return pd.DataFrame({
+        "Model": [model_label(r["heads"]) for r in heads["rows"]],
+        "Head": [f"layer {r['layer']}, head {r['head']}" for r in heads["rows"]],
+        "Role": [r["role"] for r in heads["rows"]],
+        "Previous token": [cell(r, "previous_token") for r in heads["rows"]],
+        "Self": [cell(r, "self") for r in heads["rows"]],
+        "First position": [cell(r, "first_position") for r in heads["rows"]],
+        "Distance (tokens)": [cell(r, "distance", 1) for r in heads["rows"]],
+        "Entropy (uniform), nats": [f"{cell(r, 'entropy')} ({r['uniform_entropy']['mean']:.2f})"
+                                    for r in heads["rows"]],
+        "Perplexity rise when zeroed": [cell(r, "ablation_delta_ppl", 1) for r in heads["rows"]],
+    })
+
+
+def heads_blocks(heads: dict) -> list[tuple[str, object]]:
+    rules = "; ".join(f"{name}: {rule['score'].replace('_', '-')} score above {rule['above']}"
+                      for name, rule in heads["roles"].items())
+    seeds = ", ".join(map(str, heads["rows"][0]["seeds"])) if heads["rows"] else ""
+    maps = [Path(p) for p in heads["figures"]["attention_maps"].values()]
+    return [
+        ("heading", "Inside the heads"),
+        ("text", "Measured on the whole test split, over every query position after the first: "
+                 "the mean attention weight on the previous token, on the token itself and on the "
+                 "first position of the window; the mean distance attended, in tokens; the entropy "
+                 "of the attention, beside that of uniform attention over the visible positions; "
+                 "and the rise in test perplexity when the head's output is zeroed (for the 1-head "
+                 f"model that removes attention altogether). Mean ± sd over seeds {seeds}."),
+        ("table", heads_table(heads)),
+        ("text", f"A head is named for a role only when its score passes the threshold set in "
+                 f"conf/inspect/ ({rules}); otherwise it is called mixed."),
+        ("text", heads["claim"]["sentence"] if heads["claim"] else
+                 "No spotlight comparison: it needs a 1-head model and a multi-head model in the study."),
+        ("text", f"Attention maps of the sentence \"{heads['sentence']}\" (row: the token attending; "
+                 "column: the token attended to):"),
+        ("figures", maps),
+        ("figure", Path(heads["figures"]["head_scores"])),
+    ]
+
+
+def blocks(rows, baselines, comparison, settings, stats, figure_paths, heads) -> list[tuple[str, object]]:
     test = stats["splits"]["test"]
     tokens_per_word = (test["tokens"] - 1) / (test["words"] + test["lines"])
     laggards = [model_label(r["heads"]) for r in rows if r["test_ppl_mean"] >= baselines["bigram"]["test_ppl"]]
     return [
         ("title", "Does attention with four heads beat one head at the same width?"),
-        ("text", f"Test split of the {stats['corpus']} corpus, {test['tokens'] - 1:,} tokens predicted. "
+        ("text", f"Test split of the corpus `{stats['corpus']}`, {test['tokens'] - 1:,} tokens predicted. "
                  "Perplexity is per BPE token (lower is better): the mean over seeds, with a 95% "
                  "Student-t confidence interval across seeds."),
         ("table", results_table(rows, baselines)),
         ("heading", "The comparison"),
         *comparison_blocks(comparison, rows, settings),
         ("text", ("Every transformer beats the bigram baseline." if not laggards else
-                  f"Warning: {', '.join(laggards)} do(es) not beat the bigram baseline: "
-                  "something is wrong with that training.")),
+                  f"Warning: the bigram baseline beats {' and '.join(laggards).lower()}: a "
+                  "transformer that cannot beat a bigram is undertrained or broken.")),
         ("text", f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per "
                  f"line as the PTB convention does: {test['words']:,} words + {test['lines']:,} "
                  f"lines. It equals the per-token perplexity to the power tokens/words, "
                  f"{tokens_per_word:.3f} here, so both rank models the same way."),
         ("heading", "Figures"),
         *[("figure", path) for path in figure_paths],
+        *heads_blocks(heads),
     ]
 
 
@@ -164,23 +208,34 @@ def to_markdown(parts, base: Path) -> str:
             "heading": lambda c: f"## {c}",
             "text": lambda c: c,
             "table": lambda c: c.to_markdown(index=False),
-            "figure": lambda c: f"![{c.stem.replace('_', ' ')}]({c.relative_to(base).as_posix()})",
+            "figure": lambda c: markdown_image(c, base),
+            "figures": lambda c: " ".join(markdown_image(path, base) for path in c),
         }[kind](content))
     return "\n\n".join(out) + "\n"
+
+
+def markdown_image(path: Path, base: Path) -> str:
+    return f"![{path.stem.replace('_', ' ')}]({path.relative_to(base).as_posix()})"
+
+
+def html_image(path: Path, width: str = "100%") -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{path.stem}" style="width:{width}" src="data:image/png;base64,{data}">'
 
 
 def to_html(parts) -> str:
     body = []
     for kind, content in parts:
         if kind == "figure":
-            data = base64.b64encode(content.read_bytes()).decode()
-            body.append(f'<img alt="{content.stem}" src="data:image/png;base64,{data}">')
+            body.append(html_image(content))
+        elif kind == "figures":
+            body.append("<div>" + "".join(html_image(p, f"{98 / len(content):.0f}%") for p in content) + "</div>")
         elif kind == "table":
             body.append(content.to_html(index=False, border=0))
         else:
             tag = {"title": "h1", "heading": "h2", "text": "p"}[kind]
             body.append(f"<{tag}>{html.escape(content)}</{tag}>")
-    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}"
+    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}"
              "table{border-collapse:collapse}td,th{padding:.3em .8em;border-bottom:1px solid #ccc}"
              "img{max-width:100%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>headstudy results</title>"
@@ -221,7 +276,8 @@ def main(overrides: list[str]) -> None:
                                   figure_dir / "validation_curves.png"),
         figures.test_perplexity(rows, baselines, figure_dir / "test_perplexity.png"),
     ]
-    parts = blocks(rows, baselines, comparison, settings, stats, figure_paths)
+    heads = read_json(REPORTS_DIR / "heads.json")
+    parts = blocks(rows, baselines, comparison, settings, stats, figure_paths, heads)
     summary = {"rows": rows, "baselines": {k: baselines[k] for k in ("unigram", "bigram")},
                "comparison": comparison}
     write_atomically(REPORTS_DIR / "summary.json", json.dumps(nan_to_null(summary), indent=2) + "\n")

@@ -12,7 +12,6 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -59,7 +58,8 @@ class TokenDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         batches = TrainingBatches(self.train_tokens, self.batch_size, self.context, self.seed)
-        return DataLoader(batches, batch_size=None, sampler=StepSampler(self.steps_per_epoch, lambda: self.trainer.global_step))
+        sampler = StepSampler(self.steps_per_epoch, lambda: self.trainer.global_step)
+        return DataLoader(batches, batch_size=None, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         batches = list(stream_batches(self.valid_tokens, self.context, self.batch_size))
@@ -84,12 +84,14 @@ class LanguageModelModule(L.LightningModule):
 
     def validation_step(self, batch, batch_index):
         inputs, targets = batch
-        logits = self.model(inputs)
-        self.valid_nll += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+        self.valid_nll += next_token_loss(self.model(inputs), targets, reduction="sum").item()
         self.valid_targets += targets.numel()
 
     def on_validation_epoch_end(self) -> None:
-        self.log("val/ppl", math.exp(self.valid_nll / self.valid_targets), prog_bar=True)
+        ppl = math.exp(self.valid_nll / self.valid_targets)
+        self.log("val/ppl", ppl, prog_bar=True, logger=False)
+        if self.logger is not None:  # at the number of steps trained, which self.log does not use
+            self.logger.log_metrics({"val/ppl": ppl}, step=self.global_step)
 
     def configure_optimizers(self):
         settings = self.optimizer_config
