@@ -89,7 +89,7 @@ def test_repro_trains_evaluates_and_reports_every_model(project):
     assert 1 < metrics["test_ppl"] < 1024
     report = (project / "reports/results.md").read_text()
     assert "One attention head" in report and "Inside the heads" in report
-    assert "no claim is made" in report  # one seed gives no interval
+    assert "No comparison: report.compare asks for 1 and 4 heads" in report
     assert (project / "reports/results.html").read_text().count("data:image/png;base64,") == 4
     heads = json.loads((project / "reports/heads.json").read_text())
     assert [(row["heads"], row["head"]) for row in heads["rows"]] == [(1, 0)]
@@ -116,6 +116,8 @@ def test_adding_a_head_count_trains_only_the_new_model(project):
     summary = json.loads((project / "reports/summary.json").read_text())
     assert [row["heads"] for row in summary["rows"]] == [1, 4]
     assert summary["comparison"]["heads_a"] == 1 and summary["comparison"]["heads_b"] == 4
+    assert summary["comparison"]["diff_ci95"] == [None, None]
+    assert "no claim is made" in (project / "reports/results.md").read_text()  # one seed
     heads = json.loads((project / "reports/heads.json").read_text())
     assert [(row["heads"], row["head"]) for row in heads["rows"]] == [(1, 0), (4, 0), (4, 1), (4, 2), (4, 3)]
     assert heads["claim"] is not None
