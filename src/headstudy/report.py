@@ -207,7 +207,7 @@ def to_markdown(parts, base: Path) -> str:
             "title": lambda c: f"# {c}",
             "heading": lambda c: f"## {c}",
             "text": lambda c: c,
-            "table": lambda c: c.to_markdown(index=False),
+            "table": lambda c: c.to_markdown(index=False, disable_numparse=True),
             "figure": lambda c: markdown_image(c, base),
             "figures": lambda c: " ".join(markdown_image(path, base) for path in c),
         }[kind](content))
