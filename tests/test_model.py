@@ -67,3 +67,15 @@ def test_weights_hash_sees_a_single_changed_weight(in_project):
     with torch.no_grad():
         model.final_norm.weight[0] += 1e-6
     assert weights_sha256(model) != before
+
+
+@pytest.mark.parametrize("override, key", [
+    ("seed=abc", "seed"),
+    ("optimizer.lr=-1", "optimizer.lr"),
+    ("model.mix_heads=maybe", "model.mix_heads"),
+    ("data.vocab_size=100", "data.vocab_size"),
+    ("trainer.max_steps=0", "trainer.max_steps"),
+])
+def test_each_bad_value_is_named_by_its_key(in_project, override, key):
+    with pytest.raises(ConfigError, match=f"^{key} must be"):
+        compose_config([override])

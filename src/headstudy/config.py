@@ -47,33 +47,34 @@ def model_config(config: DictConfig) -> ModelConfig:
         raise ConfigError(f"model: {error}") from None
 
 
+# Integer settings and their smallest allowed value.
+INTEGER_MINIMUMS = {
+    "seed": 0,
+    "threads": 1,
+    "data.vocab_size": 257,  # byte-level BPE starts from the 256 bytes
+    "data.batch_size": 1,
+    "trainer.max_steps": 1,
+    "trainer.val_every_steps": 1,
+    "trainer.log_every_steps": 1,
+}
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def validate(config: DictConfig) -> None:
-    problems = model_config(config).problems()
-    positive_integers = {
-        "seed": config.seed + 1,  # seed 0 is fine
-        "threads": config.threads,
-        "data.vocab_size": config.data.vocab_size,
-        "data.batch_size": config.data.batch_size,
-        "trainer.max_steps": config.trainer.max_steps,
-        "trainer.val_every_steps": config.trainer.val_every_steps,
-        "trainer.log_every_steps": config.trainer.log_every_steps,
-    }
-    for key, value in positive_integers.items():
-        if not isinstance(value, int) or value < 1:
-            shown = OmegaConf.select(config, key)
-            problems.append(f"{key} must be a {'non-negative' if key == 'seed' else 'positive'} "
-                            f"integer, got {shown!r}")
-    if not 0 < config.optimizer.lr:
-        problems.append(f"optimizer.lr must be positive, got {config.optimizer.lr!r}")
-    if not 0 <= config.optimizer.warmup_fraction < 1:
-        problems.append(
-            f"optimizer.warmup_fraction must be in [0, 1), got {config.optimizer.warmup_fraction!r}"
-        )
-    if config.data.vocab_size < 257:
-        problems.append(
-            f"data.vocab_size must exceed 256 (byte-level BPE starts from the 256 bytes), "
-            f"got {config.data.vocab_size}"
-        )
+    problems = []
+    for key, minimum in INTEGER_MINIMUMS.items():
+        value = OmegaConf.select(config, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            problems.append(f"{key} must be an integer >= {minimum}, got {value!r}")
+    lr, warmup = config.optimizer.lr, config.optimizer.warmup_fraction
+    if not is_number(lr) or lr <= 0:
+        problems.append(f"optimizer.lr must be a positive number, got {lr!r}")
+    if not is_number(warmup) or not 0 <= warmup < 1:
+        problems.append(f"optimizer.warmup_fraction must be a number in [0, 1), got {warmup!r}")
+    problems += model_config(config).problems()
     if problems:
         raise ConfigError("; ".join(problems))
 

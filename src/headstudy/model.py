@@ -36,8 +36,12 @@ class ModelConfig:
         found = []
         for key in ("vocab_size", "context", "width", "n_heads", "n_layers", "mlp_hidden"):
             value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 found.append(f"model.{key} must be a positive integer, got {value!r}")
+        if self.mix_heads not in (None, True, False):
+            found.append(f"model.mix_heads must be null, true or false, got {self.mix_heads!r}")
+        if not isinstance(self.init_std, (int, float)) or not self.init_std > 0:
+            found.append(f"model.init_std must be a positive number, got {self.init_std!r}")
         if not found and self.width % self.n_heads:
             found.append(
                 f"model.n_heads={self.n_heads} must divide model.width={self.width} "
