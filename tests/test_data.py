@@ -80,3 +80,10 @@ def test_stream_windows_predict_every_token_after_the_first_exactly_once(length)
     ]
     assert [t for _, t in pairs] == list(range(1, length))
     assert all(t == i + 1 for i, t in pairs)
+
+
+def test_penn_treebank_split_with_another_hash_is_refused_before_any_work(in_project, tmp_path):
+    config = compose_config(["data.sha256.test=0000", f"paths.prepared={tmp_path / 'prepared'}"])
+    with pytest.raises(ConfigError, match=r"test split has sha256 dd65dff.*expected data\.sha256\.test=0000"):
+        prepare(config)
+    assert not (tmp_path / "prepared").exists()
