@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from headstudy.config import compose_config
 from headstudy.data import load_stats, load_tokens
+from headstudy.files import write_atomically
 
 
 def unigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: float) -> float:
@@ -42,9 +43,7 @@ def baselines(config: DictConfig) -> dict:
             "test_word_ppl": float(np.exp(total / words)),
         }
         print(f"baselines: {name}: test perplexity {results[name]['test_ppl']:.2f}")
-    path = Path(config.paths.metrics) / "baselines.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    write_atomically(Path(config.paths.metrics) / "baselines.json", json.dumps(results, indent=2) + "\n")
     return results
 
 

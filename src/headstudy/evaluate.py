@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from headstudy import tracking
 from headstudy.config import compose_config
 from headstudy.data import load_stats, load_tokens, stream_batches
+from headstudy.files import write_atomically
 from headstudy.model import Decoder, next_token_loss
 from headstudy.trained import load_model, model_dir, read_run
 
@@ -53,11 +54,7 @@ def evaluate(config: DictConfig) -> dict:
     metrics["test_word_ppl"] = perplexity(metrics["test_nll"], test_words)
     print(f"evaluate: {run['name']}: test perplexity {metrics['test_ppl']:.2f}")
 
-    path = Path(config.paths.metrics) / f"{run['name']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(metrics, indent=2) + "\n")
-    partial.replace(path)
+    write_atomically(Path(config.paths.metrics) / f"{run['name']}.json", json.dumps(metrics, indent=2) + "\n")
     tracking.log_metrics(
         run["mlflow_run_id"],
         {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"]},

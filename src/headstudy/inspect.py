@@ -21,6 +21,7 @@ from headstudy import figures
 from headstudy.config import ConfigError, compose_config
 from headstudy.data import TOKENIZER_FILE, load_tokens, stream_batches
 from headstudy.evaluate import perplexity, stream_nll
+from headstudy.files import write_atomically
 from headstudy.model import Decoder
 from headstudy.trained import load_model, read_run
 
@@ -218,9 +219,6 @@ def main(overrides: list[str]) -> None:
     config = compose_config(overrides)
     params = yaml.safe_load(Path("params.yaml").read_text())
     result = inspect(config, params["study"], params["report"]["compare"])
-    path = REPORTS_DIR / "heads.json"
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(result, indent=2) + "\n")
-    partial.replace(path)
+    write_atomically(REPORTS_DIR / "heads.json", json.dumps(result, indent=2) + "\n")
     if result["claim"]:
         print(result["claim"]["sentence"])

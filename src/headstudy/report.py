@@ -14,6 +14,7 @@ import pandas as pd
 import yaml
 
 from headstudy import figures, tracking
+from headstudy.files import write_atomically
 from headstudy.statistics import mean_ci95, paired_difference, verdict
 
 PARAMS_FILE = Path("params.yaml")
@@ -251,12 +252,6 @@ def nan_to_null(value):
     if isinstance(value, list):
         return [nan_to_null(item) for item in value]
     return value
-
-
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    partial.replace(path)
 
 
 def main(overrides: list[str]) -> None:
