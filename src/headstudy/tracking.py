@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -131,8 +132,6 @@ def record_provenance(run_id: str, config: DictConfig, tags: dict[str, str], wor
 
 
 def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
-    import time
-
     now = int(time.time() * 1000)
     client().log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
 
