@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from headstudy.config import compose_config, model_config
-from headstudy.data import load_tokens, training_batch
-from headstudy.model import Decoder, next_token_loss
-from headstudy.training import LanguageModelModule, Throughput, TokenDataModule
+from headstudy.core.config import compose_config, model_config
+from headstudy.core.data import load_tokens, training_batch
+from headstudy.core.model import Decoder, next_token_loss
+from headstudy.core.training import LanguageModelModule, Throughput, TokenDataModule
 
 STEPS = 300
 ROUNDS = 2

@@ -3,8 +3,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from headstudy.config import ConfigError, compose_config
-from headstudy.data import load_stats, load_tokens, stream_batches, training_batch
+from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.data import load_stats, load_tokens, stream_batches, training_batch
 from headstudy.prepare import prepare
 
 SENTENCES = [

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from headstudy.config import compose_config, model_config
-from headstudy.evaluate import perplexity, stream_nll
+from headstudy.core.config import compose_config, model_config
+from headstudy.core.perplexity import perplexity, stream_nll
 from headstudy.inspect import ablation_ppl, attention_scores, head_scores, role, spotlight_claim
-from headstudy.model import Decoder
+from headstudy.core.model import Decoder
 
 TOKENS = np.random.default_rng(0).integers(0, 1024, 2000).astype(np.uint16)
 

@@ -3,9 +3,9 @@ import subprocess
 import pytest
 import torch
 
-from headstudy.config import ConfigError, compose_config, model_config
+from headstudy.core.config import ConfigError, compose_config, model_config
 from headstudy.count import count
-from headstudy.model import Decoder, weights_sha256
+from headstudy.core.model import Decoder, weights_sha256
 
 
 @pytest.mark.parametrize("heads, expected", [(1, 328_704), (4, 345_216)])

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from headstudy.statistics import mean_ci95, paired_difference, verdict
+from headstudy.reporting.statistics import mean_ci95, paired_difference, verdict
 
 T_975_2DF = 4.302653  # Student t, 97.5th percentile, 2 degrees of freedom (printed tables: 4.303)
 

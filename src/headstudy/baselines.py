@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from headstudy.config import compose_config
-from headstudy.data import load_stats, load_tokens
-from headstudy.files import write_atomically
+from headstudy.core.config import compose_config
+from headstudy.core.data import load_stats, load_tokens
+from headstudy.core.files import write_atomically
 
 
 def unigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: float) -> float:

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
         print("usage: headstudy COMMAND [key=value ...]\n" + "\n".join(lines), file=sys.stderr)
         sys.exit(2)
     command, rest = args[0], args[1:]
-    from headstudy.config import ConfigError
+    from headstudy.core.config import ConfigError
 
     try:
         importlib.import_module(f"headstudy.{command}").main(rest)

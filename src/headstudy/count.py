@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from headstudy.config import compose_config, model_config
-from headstudy.model import Decoder, parameter_breakdown
+from headstudy.core.config import compose_config, model_config
+from headstudy.core.model import Decoder, parameter_breakdown
 
 
 def count(overrides: list[str]) -> dict:

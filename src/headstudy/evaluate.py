@@ -4,34 +4,17 @@ DVC metrics file and logged to the model's own MLflow run."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from headstudy import tracking
-from headstudy.config import compose_config
-from headstudy.data import load_stats, load_tokens, stream_batches
-from headstudy.files import write_atomically
-from headstudy.model import Decoder, next_token_loss
-from headstudy.trained import load_model, model_dir, read_run
-
-
-@torch.no_grad()
-def stream_nll(model: Decoder, tokens: np.ndarray, batch_size: int) -> tuple[float, int]:
-    """Total NLL (nats) and number of predicted tokens over the whole stream."""
-    model.eval()
-    total, count = 0.0, 0
-    for inputs, targets in stream_batches(tokens, model.config.context, batch_size):
-        total += next_token_loss(model(inputs), targets, reduction="sum").item()
-        count += targets.numel()
-    return total, count
-
-
-def perplexity(total_nll: float, count: int) -> float:
-    return math.exp(total_nll / count)
+from headstudy.core import tracking
+from headstudy.core.config import compose_config
+from headstudy.core.data import load_stats, load_tokens
+from headstudy.core.files import write_atomically
+from headstudy.core.perplexity import perplexity, stream_nll
+from headstudy.core.trained import load_model, model_dir, read_run
 
 
 def evaluate(config: DictConfig) -> dict:
@@ -43,6 +26,7 @@ def evaluate(config: DictConfig) -> dict:
     stats = load_stats(prepared)["splits"]
     metrics = {
         "name": run["name"],
+        "variant": run["variant"],
         "heads": run["heads"],
         "seed": run["seed"],
         "params": run["params"],

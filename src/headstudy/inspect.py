@@ -17,13 +17,13 @@ import yaml
 from omegaconf import DictConfig
 from tokenizers import Tokenizer
 
-from headstudy import figures
-from headstudy.config import ConfigError, compose_config
-from headstudy.data import TOKENIZER_FILE, load_tokens, stream_batches
-from headstudy.evaluate import perplexity, stream_nll
-from headstudy.files import write_atomically
-from headstudy.model import Decoder
-from headstudy.trained import load_model, read_run
+from headstudy.reporting import figures
+from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.data import TOKENIZER_FILE, load_tokens, stream_batches
+from headstudy.core.perplexity import perplexity, stream_nll
+from headstudy.core.files import write_atomically
+from headstudy.core.model import Decoder
+from headstudy.core.trained import load_model, read_run
 
 REPORTS_DIR = Path("reports")
 SCORES = ("previous_token", "self", "first_position", "distance", "entropy", "uniform_entropy")

@@ -12,8 +12,8 @@ import numpy as np
 from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from headstudy.config import ConfigError, compose_config
-from headstudy.data import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
+from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.data import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
 
 
 def read_ptb(data: DictConfig) -> dict[str, str]:

@@ -13,9 +13,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from headstudy import figures, tracking
-from headstudy.files import write_atomically
-from headstudy.statistics import mean_ci95, paired_difference, verdict
+from headstudy.core import tracking
+from headstudy.reporting import figures
+from headstudy.core.files import write_atomically
+from headstudy.reporting.statistics import mean_ci95, paired_difference, verdict
 
 PARAMS_FILE = Path("params.yaml")
 METRICS_DIR = Path("metrics")

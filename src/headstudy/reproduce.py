@@ -9,9 +9,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headstudy import tracking
-from headstudy.config import ConfigError, validate
-from headstudy.data import TOKENIZER_FILE, prepared_digest, sha256_file
+from headstudy.core import tracking
+from headstudy.core.config import ConfigError, validate
+from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
 
 ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
 
@@ -46,7 +46,7 @@ def environment_differences(run) -> dict[str, tuple[str, str]]:
 def reproduce(run_id: str) -> bool:
     from headstudy.evaluate import evaluate
     from headstudy.train import train
-    from headstudy.trained import CONFIG_FILE
+    from headstudy.core.trained import CONFIG_FILE
 
     run = tracking.get_run(run_id)
     check_prepared_data(run, Path(run.data.params["paths.prepared"]))

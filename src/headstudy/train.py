@@ -15,12 +15,12 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from omegaconf import DictConfig
 
-from headstudy import tracking
-from headstudy.config import compose_config, config_digest, model_config, run_name
-from headstudy.data import TOKENIZER_FILE, prepared_digest, sha256_file
-from headstudy.model import Decoder, weights_sha256
-from headstudy.trained import CONFIG_FILE, MODEL_FILE, model_dir, write_model
-from headstudy.training import LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule
+from headstudy.core import tracking
+from headstudy.core.config import compose_config, config_digest, model_config, run_name
+from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
+from headstudy.core.model import Decoder, weights_sha256
+from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, model_dir, write_model
+from headstudy.core.training import LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -83,6 +83,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
 
     record = {
         "name": name,
+        "variant": config.variant,
         "heads": config.model.n_heads,
         "seed": config.seed,
         "params": sum(p.numel() for p in model.parameters()),

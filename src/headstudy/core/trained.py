@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.config import run_name
-from headstudy.model import Decoder, ModelConfig
+from headstudy.core.config import run_name
+from headstudy.core.model import Decoder, ModelConfig
 
 MODEL_FILE = "model.pt"
 RUN_FILE = "run.json"

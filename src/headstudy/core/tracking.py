@@ -25,7 +25,10 @@ PIPELINE_RESULTS = ("dvc.lock", "metrics", "reports")
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(DEFAULT_STORE).resolve()}"
+    """MLFLOW_TRACKING_URI, or the SQLite store at the project root, whichever folder runs."""
+    from headstudy.core.config import project_root
+
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / DEFAULT_STORE}"
 
 
 def client() -> MlflowClient:
@@ -40,7 +43,9 @@ def experiment_id() -> str:
     artifact_location = None
     if "MLFLOW_TRACKING_URI" not in os.environ:
         # Beside mlflow.db, whichever directory a later command runs from.
-        artifact_location = Path("mlartifacts").resolve().as_uri()
+        from headstudy.core.config import project_root
+
+        artifact_location = (project_root() / "mlartifacts").as_uri()
     return mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
 
 

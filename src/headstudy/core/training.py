@@ -13,20 +13,27 @@ import lightning as L
 import numpy as np
 import torch
 from omegaconf import DictConfig
+from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from headstudy.data import load_tokens, stream_batches, training_batch
-from headstudy.model import Decoder, next_token_loss
+from headstudy.core.data import load_tokens, stream_batches, training_batch
+from headstudy.core.model import Decoder, next_token_loss
 
 
 class TrainingBatches(Dataset):
-    """Item k is the whole batch of training step k."""
+    """Item k is this process's slice of the global batch of training step k. The global batch
+    is a pure function of (seed, k), so the result does not depend on how many processes share
+    it, up to the order in which gradients are summed."""
 
-    def __init__(self, tokens: np.ndarray, batch_size: int, context: int, seed: int):
+    def __init__(self, tokens: np.ndarray, batch_size: int, context: int, seed: int,
+                 rank: int = 0, world_size: int = 1):
         self.tokens, self.batch_size, self.context, self.seed = tokens, batch_size, context, seed
+        per_rank = batch_size // world_size
+        self.rows = slice(rank * per_rank, (rank + 1) * per_rank)
 
     def __getitem__(self, step: int):
-        return training_batch(self.tokens, self.batch_size, self.context, self.seed, step)
+        inputs, targets = training_batch(self.tokens, self.batch_size, self.context, self.seed, step)
+        return inputs[self.rows], targets[self.rows]
 
 
 class StepSampler(Sampler[int]):
@@ -57,7 +64,8 @@ class TokenDataModule(L.LightningDataModule):
         self.valid_tokens = load_tokens(self.prepared, "valid")
 
     def train_dataloader(self) -> DataLoader:
-        batches = TrainingBatches(self.train_tokens, self.batch_size, self.context, self.seed)
+        batches = TrainingBatches(self.train_tokens, self.batch_size, self.context, self.seed,
+                                  self.trainer.global_rank, self.trainer.world_size)
         sampler = StepSampler(self.steps_per_epoch, lambda: self.trainer.global_step)
         return DataLoader(batches, batch_size=None, sampler=sampler)
 
@@ -96,15 +104,35 @@ class LanguageModelModule(L.LightningModule):
     def configure_optimizers(self):
         settings = self.optimizer_config
         optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+            decay_groups(self.model, settings.weight_decay), lr=settings.lr,
+            betas=tuple(settings.betas),
         )
-        schedule = torch.optim.lr_scheduler.OneCycleLR(
+        schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
-            max_lr=settings.lr,
-            total_steps=self.max_steps,
-            pct_start=settings.warmup_fraction,
+            lambda step: one_cycle(step, self.max_steps, settings.warmup_fraction,
+                                   settings.start_factor, settings.final_factor),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on the matrices of linear layers only: as in nanoGPT, norms and biases are
+    left alone, and so are the embeddings (the token embedding is also the output layer)."""
+    matrices = [module.weight for module in model.modules() if isinstance(module, nn.Linear)]
+    decayed = {id(parameter) for parameter in matrices}
+    rest = [parameter for parameter in model.parameters() if id(parameter) not in decayed]
+    return [{"params": matrices, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def one_cycle(step: int, total: int, warmup_fraction: float, start_factor: float, final_factor: float) -> float:
+    """The learning-rate multiplier at `step`: linear warm-up from start_factor to 1 over the
+    first warmup_fraction of the steps, then cosine decay to final_factor at `total`. Defined
+    for any total >= 1 and warm-up fraction, zero included."""
+    warmup = round(warmup_fraction * total)
+    if step < warmup:
+        return start_factor + (1 - start_factor) * step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return final_factor + (1 - final_factor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class ResumeCheckpoint(L.Callback):

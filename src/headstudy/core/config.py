@@ -11,7 +11,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from headstudy.model import ModelConfig
+from headstudy.core.model import ModelConfig
 
 
 class ConfigError(Exception):
@@ -19,7 +19,37 @@ class ConfigError(Exception):
 
 
 def conf_dir() -> Path:
-    return Path(os.environ.get("HEADSTUDY_CONF", "conf")).resolve()
+    """HEADSTUDY_CONF, or the conf/ of the project this command runs in: the working directory
+    or the nearest folder above it that holds conf/config.yaml (a study in studies/NAME runs
+    from its own folder)."""
+    if "HEADSTUDY_CONF" in os.environ:
+        return Path(os.environ["HEADSTUDY_CONF"]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "conf" / "config.yaml").is_file():
+            return folder / "conf"
+    return here / "conf"
+
+
+def project_root() -> Path:
+    return conf_dir().parent
+
+
+def variant_overrides(overrides: list[str]) -> list[str]:
+    """`variant=4` is 4 heads; `variant=1-mix` is 1 head plus the settings in conf/model/variant/mix.yaml.
+    The variant names the model's outputs and runs (h4-s0, h1-mix-s0)."""
+    expanded = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key != "variant":
+            expanded.append(override)
+            continue
+        heads, _, extra = value.partition("-")
+        if not heads.isdigit():
+            raise ConfigError(f"variant={value}: expected a head count, optionally followed by "
+                              "-NAME for conf/model/variant/NAME.yaml (e.g. 4 or 1-mix)")
+        expanded += [override, f"model.n_heads={heads}"] + ([f"+model/variant={extra}"] if extra else [])
+    return expanded
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
@@ -28,10 +58,12 @@ def compose_config(overrides: list[str]) -> DictConfig:
         raise ConfigError(f"{directory}/config.yaml not found: run headstudy in the project root")
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            config = compose("config", overrides=list(overrides))
+            config = compose("config", overrides=variant_overrides(list(overrides)))
         OmegaConf.resolve(config)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(f"conf/ with overrides {list(overrides)}: {first_line(error)}") from None
+    if config.variant is None:
+        config.variant = str(config.model.n_heads)
     validate(config)
     return config
 
@@ -75,12 +107,16 @@ def validate(config: DictConfig) -> None:
     if not is_number(warmup) or not 0 <= warmup < 1:
         problems.append(f"optimizer.warmup_fraction must be a number in [0, 1), got {warmup!r}")
     problems += model_config(config).problems()
+    variant_heads = str(config.variant).partition("-")[0]
+    if variant_heads != str(config.model.n_heads):
+        problems.append(f"variant={config.variant} names {variant_heads} heads, but model.n_heads="
+                        f"{config.model.n_heads}: set one of them")
     if problems:
         raise ConfigError("; ".join(problems))
 
 
 def run_name(config: DictConfig) -> str:
-    return f"h{config.model.n_heads}-s{config.seed}"
+    return f"h{config.variant}-s{config.seed}"
 
 
 def config_digest(config: DictConfig) -> str:

@@ -70,21 +70,28 @@ class CausalSelfAttention(nn.Module):
         self.head_mask: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, width = x.shape
+        batch, length, width = x.shape  # (B, T, C)
         q, k, v = self.query_key_value(x).split(width, dim=2)
-        q, k, v = (
+        q, k, v = (  # each (B, H, T, D), D = C / H
             t.view(batch, length, self.n_heads, self.head_width).transpose(1, 2) for t in (q, k, v)
         )
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_width)
-        scores = scores.masked_fill(~self.causal_mask[:length, :length], float("-inf"))
-        weights = scores.softmax(dim=-1)
         if self.capture_weights:
-            self.captured_weights = weights.detach()
-        heads = weights @ v
+            heads = self.explicit_attention(q, k, v)
+        else:  # the fused kernel: same maths, no (T, T) weights kept for backward
+            heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
         if self.head_mask is not None:
             heads = heads * self.head_mask.view(1, -1, 1, 1)
-        y = heads.transpose(1, 2).reshape(batch, length, width)
+        y = heads.transpose(1, 2).reshape(batch, length, width)  # (B, T, C): heads side by side
         return y if self.output_projection is None else self.output_projection(y)
+
+    def explicit_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention written out, keeping the weights (B, H, T, T) for inspection."""
+        length = q.shape[2]
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_width)  # (B, H, T, T)
+        scores = scores.masked_fill(~self.causal_mask[:length, :length], float("-inf"))
+        weights = scores.softmax(dim=-1)
+        self.captured_weights = weights.detach()
+        return weights @ v  # (B, H, T, D)
 
 
 class MLP(nn.Module):

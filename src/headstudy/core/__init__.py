@@ -1,0 +1,1 @@
+"""Code every stage shares: the model, the data on disk, config, tracking and training."""

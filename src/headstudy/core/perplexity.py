@@ -1,0 +1,26 @@
+"""Perplexity over a whole token stream: every token after the first predicted exactly once."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from headstudy.core.data import stream_batches
+from headstudy.core.model import Decoder, next_token_loss
+
+
+@torch.no_grad()
+def stream_nll(model: Decoder, tokens: np.ndarray, batch_size: int) -> tuple[float, int]:
+    """Total NLL (nats) and number of predicted tokens over the whole stream."""
+    model.eval()
+    total, count = 0.0, 0
+    for inputs, targets in stream_batches(tokens, model.config.context, batch_size):
+        total += next_token_loss(model(inputs), targets, reduction="sum").item()
+        count += targets.numel()
+    return total, count
+
+
+def perplexity(total_nll: float, count: int) -> float:
+    return math.exp(total_nll / count)

@@ -1,0 +1,1 @@
+"""Statistics and figures of the reports."""
