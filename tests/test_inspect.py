@@ -6,7 +6,7 @@ import torch
 
 from headstudy.core.config import compose_config, model_config
 from headstudy.core.perplexity import perplexity, stream_nll
-from headstudy.inspect import ablation_ppl, attention_scores, head_scores, role, spotlight_claim
+from headstudy.inspect import ablation_ppl, attention_measures, attention_scores, role, spotlight_claim, spotlight_scores
 from headstudy.core.model import Decoder
 
 TOKENS = np.random.default_rng(0).integers(0, 1024, 2000).astype(np.uint16)
@@ -32,13 +32,14 @@ def previous_token_model() -> Decoder:
 
 
 def test_model_forced_to_attend_to_the_previous_token_scores_it():
-    [scores] = head_scores(previous_token_model(), TOKENS, batch_size=8)
+    [scores], [layer] = attention_measures(previous_token_model(), TOKENS, batch_size=8, substantial=0.2)
     assert scores["previous_token"] > 0.99
     assert scores["self"] < 0.01
     # Only at t = 1 is the previous token also the first position: 1 query position in 31.
     assert scores["first_position"] == pytest.approx(1 / 31, rel=0.05)
     assert scores["distance"] == pytest.approx(1.0, abs=0.02)
     assert scores["entropy"] < 0.1
+    assert layer["covered_positions"] == pytest.approx(1.0) and layer["distinct_top1"] == pytest.approx(1.0)
 
 
 def test_hand_built_patterns_give_their_scores():
@@ -83,7 +84,7 @@ def test_capture_is_off_unless_asked():
     model = tiny_model(2)
     model(torch.from_numpy(TOKENS[:32].astype(np.int64))[None])
     assert model.blocks[0].attention.captured_weights is None
-    head_scores(model, TOKENS[:100], batch_size=2)
+    attention_measures(model, TOKENS[:100], batch_size=2, substantial=0.2)
     assert model.blocks[0].attention.capture_weights is False
 
 
@@ -95,12 +96,32 @@ def test_heads_are_named_only_when_a_score_passes_its_threshold():
     assert role(row, roles) == "mixed"
 
 
-def test_spotlight_claim_states_the_result_either_way():
-    def model(heads, tv_uniform, tv_between):
-        return {"heads": heads, "head_scores": [{"tv_to_uniform": tv_uniform, "tv_between_heads": tv_between}]}
+def test_heads_looking_at_different_places_cover_more_positions_than_one():
+    length = 5
+    t = torch.arange(1, length)
+    previous = torch.zeros(length, length)
+    previous[0, 0] = 1
+    previous[t, t - 1] = 1
+    parked = torch.zeros(length, length)
+    parked[:, 0] = 1
+    same = torch.stack([previous, previous])[None]  # (1, 2, T, T): two heads, one target
+    different = torch.stack([previous, parked])[None]
+    split = torch.stack([0.5 * previous + 0.5 * parked])[None]  # one head, weight halved
+    per_position = lambda w: {k: float(v / (length - 1)) for k, v in spotlight_scores(w, 0.2).items() if k != "positions"}
+    assert per_position(same) == {"covered_positions": 1.0, "distinct_top1": 1.0}
+    # At t = 1 the previous token is the first position: both heads look at one place there.
+    assert per_position(different) == {"covered_positions": 7 / 4, "distinct_top1": 7 / 4}
+    assert per_position(split)["covered_positions"] == 7 / 4  # 0.5 each: both above 0.2
+    # 0.15 each, none above 0.2, except at t = 1 where both weights fall on one position (0.3).
+    assert per_position(split * 0.3)["covered_positions"] == 1 / 4
 
-    holds = spotlight_claim([model(1, 0.3, 0.0), model(4, 0.5, 0.6)], 1, 4)
-    assert holds["holds"] and "more than the single head" in holds["sentence"]
-    fails = spotlight_claim([model(1, 0.7, 0.0), model(4, 0.5, 0.6)], 1, 4)
-    assert not fails["holds"] and "less than the single head" in fails["sentence"]
-    assert spotlight_claim([model(1, 0.3, 0.0)], 1, 4) is None
+
+def test_spotlight_claim_states_the_result_either_way():
+    def model(variant, seed, covered):
+        return {"variant": variant, "seed": seed, "layers": [{"layer": 0, "covered_positions": covered, "distinct_top1": 2.0}]}
+
+    holds = spotlight_claim([model("1", 0, 1.0), model("1", 1, 1.1), model("4", 0, 2.0), model("4", 1, 2.2)], "1", "4", 0.2)
+    assert holds[0]["holds"] and "the spotlight picture holds" in holds[0]["sentence"]
+    fails = spotlight_claim([model("1", 0, 2.0), model("1", 1, 1.0), model("4", 0, 1.2), model("4", 1, 2.1)], "1", "4", 0.2)
+    assert not fails[0]["holds"] and "not supported" in fails[0]["sentence"]
+    assert spotlight_claim([model("1", 0, 1.0)], "1", "4", 0.2) == []

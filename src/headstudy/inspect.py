@@ -1,9 +1,12 @@
-"""Stage `inspect`: what each attention head follows, and what it is worth.
+"""Stage `inspect`: what each attention head follows, what it is worth, and whether several
+heads look at more places than one.
 
-On the whole test split, per head: where its attention goes (previous token, itself, the first
-position), how far and how thinly it spreads, and how much test perplexity rises when its
-output is zeroed. The weights come from the model's own forward pass (capture switched on),
-so there is no second copy of the attention maths.
+On the whole test split, for every layer and head: where its attention goes (previous token,
+itself, the first position), how far and how thinly it spreads, and how much test perplexity
+rises when its output is zeroed. Per layer, the spotlight measures: how many distinct positions
+get substantial weight from at least one head, and how many distinct top-1 targets the heads
+pick. The weights come from the model's own forward pass (capture switched on), so there is no
+second copy of the attention maths.
 """
 
 from __future__ import annotations
@@ -17,16 +20,18 @@ import yaml
 from omegaconf import DictConfig
 from tokenizers import Tokenizer
 
-from headstudy.reporting import figures
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.data import TOKENIZER_FILE, load_tokens, stream_batches
-from headstudy.core.perplexity import perplexity, stream_nll
 from headstudy.core.files import write_atomically
 from headstudy.core.model import Decoder
-from headstudy.core.trained import load_model, read_run
+from headstudy.core.perplexity import perplexity, stream_nll
+from headstudy.core.trained import load_model
+from headstudy.reporting import figures
+from headstudy.reporting.statistics import mean_ci95
 
-REPORTS_DIR = Path("reports")
+PARAMS_FILE = Path("params.yaml")
 SCORES = ("previous_token", "self", "first_position", "distance", "entropy", "uniform_entropy")
+SPOTLIGHT = ("covered_positions", "distinct_top1")
 
 
 class capturing:
@@ -50,7 +55,7 @@ def attention_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
     each score, and the number of positions summed: weights is (batch, heads, T, T)."""
     length = weights.shape[-1]
     t = torch.arange(1, length)
-    rows = weights[:, :, 1:, :]  # (batch, heads, T-1, T): query positions 1..T-1
+    rows = weights[:, :, 1:, :]  # (B, H, T-1, T): query positions 1..T-1
     distance = (t[:, None] - torch.arange(length)[None, :]).clamp(min=0).to(weights.dtype)
     entropy = -(rows * rows.clamp_min(1e-30).log()).sum(-1)
     return {
@@ -64,46 +69,45 @@ def attention_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def total_variation(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums over query positions t >= 1 of (a) each head's total-variation distance from uniform
-    attention over the visible positions and (b) the mean distance between pairs of heads."""
-    length = weights.shape[-1]
-    rows = weights[:, :, 1:, :]
-    visible = torch.ones(length, length).tril()[1:]
-    uniform = visible / visible.sum(-1, keepdim=True)
-    to_uniform = 0.5 * (rows - uniform).abs().sum(-1).sum((0, 2))
-    heads = weights.shape[1]
-    pairs = [(a, b) for a in range(heads) for b in range(a + 1, heads)]
-    between = sum((0.5 * (rows[:, a] - rows[:, b]).abs().sum(-1).sum() for a, b in pairs), torch.tensor(0.0))
-    return to_uniform, between / max(len(pairs), 1)
+def spotlight_scores(weights: torch.Tensor, substantial: float) -> dict[str, torch.Tensor]:
+    """Sums over query positions t >= 1 of one layer's heads taken together: the number of distinct
+    positions that get more than `substantial` weight from at least one head, and the number of
+    distinct positions the heads put their largest weight on. weights is (B, H, T, T)."""
+    rows = weights[:, :, 1:, :]  # (B, H, T-1, T)
+    covered = (rows > substantial).any(dim=1).sum(-1)  # (B, T-1)
+    top1 = rows.argmax(-1)  # (B, H, T-1)
+    distinct = (top1[:, :, None, :] == torch.arange(weights.shape[-1])[None, None, :, None]).any(1).sum(1)
+    return {"covered_positions": covered.sum().float(), "distinct_top1": distinct.sum().float(),
+            "positions": torch.tensor(float(rows.shape[0] * rows.shape[2]))}
 
 
 @torch.no_grad()
-def head_scores(model: Decoder, tokens: np.ndarray, batch_size: int) -> list[dict]:
-    """Mean scores per (layer, head) over every query position t >= 1 of the stream."""
+def attention_measures(model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float) -> tuple[list[dict], list[dict]]:
+    """Mean scores per (layer, head), and the spotlight measures per layer, over every query
+    position t >= 1 of the stream."""
     model.eval()
-    totals: list[dict[str, torch.Tensor]] = [{} for _ in model.attention_layers]
-    with capturing(model) as layers:
+    layers = model.attention_layers
+    head_totals: list[dict] = [{} for _ in layers]
+    layer_totals: list[dict] = [{} for _ in layers]
+    with capturing(model):
         for inputs, _ in stream_batches(tokens, model.config.context, batch_size):
             if inputs.shape[1] < 2:
                 continue
             model(inputs)
-            for total, layer in zip(totals, layers):
-                weights = layer.captured_weights
-                scores = attention_scores(weights)
-                scores["tv_to_uniform"], scores["tv_between_heads"] = total_variation(weights)
-                for key, value in scores.items():
-                    total[key] = total.get(key, 0) + value
-    rows = []
-    for layer_index, total in enumerate(totals):
-        positions = total.pop("positions")
+            for heads_total, layer_total, layer in zip(head_totals, layer_totals, layers):
+                for total, scores in ((heads_total, attention_scores(layer.captured_weights)),
+                                      (layer_total, spotlight_scores(layer.captured_weights, substantial))):
+                    for key, value in scores.items():
+                        total[key] = total.get(key, 0) + value
+    head_rows, layer_rows = [], []
+    for layer_index, (heads_total, layer_total) in enumerate(zip(head_totals, layer_totals)):
+        positions = heads_total.pop("positions")
         for head in range(model.config.n_heads):
-            row = {"layer": layer_index, "head": head}
-            for key, value in total.items():
-                value = value / positions
-                row[key] = float(value if value.dim() == 0 else value[head])
-            rows.append(row)
-    return rows
+            head_rows.append({"layer": layer_index, "head": head,
+                              **{key: float(value[head] / positions) for key, value in heads_total.items()}})
+        positions = layer_total.pop("positions")
+        layer_rows.append({"layer": layer_index, **{key: float(value / positions) for key, value in layer_total.items()}})
+    return head_rows, layer_rows
 
 
 @torch.no_grad()
@@ -125,41 +129,55 @@ def role(row: dict, roles: DictConfig) -> str:
     return "mixed"
 
 
-def summarise(per_model: list[dict], roles: DictConfig) -> list[dict]:
-    """One row per (head count, layer, head): mean, sd and seeds over the study's seeds."""
+def mean_sd(values) -> dict:
+    values = np.asarray(values, dtype=float)
+    return {"mean": float(values.mean()), "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
+
+
+def summarise(per_model: list[dict], key: str, group_by: tuple[str, ...], measures: tuple[str, ...]) -> list[dict]:
+    """Mean and sd over the study's seeds, per group (e.g. variant, layer, head)."""
     groups: dict[tuple, list[dict]] = {}
     for model in per_model:
-        for row in model["head_scores"]:
-            groups.setdefault((model["heads"], row["layer"], row["head"]), []).append({**row, "seed": model["seed"]})
-    summary = []
-    for (heads, layer, head), rows in sorted(groups.items()):
-        entry = {"heads": heads, "layer": layer, "head": head, "seeds": [r["seed"] for r in rows]}
-        for key in (*SCORES, "tv_to_uniform", "ablation_delta_ppl"):
-            values = np.array([r[key] for r in rows])
-            entry[key] = {"mean": float(values.mean()),
-                          "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
-        entry["role"] = role(entry, roles)
-        summary.append(entry)
-    return summary
+        for row in model[key]:
+            row = {**row, "variant": model["variant"], "heads": model["heads"], "seed": model["seed"]}
+            groups.setdefault(tuple(row[g] for g in group_by), []).append(row)
+    return [{**dict(zip(group_by, group)), "heads": rows[0]["heads"], "seeds": [r["seed"] for r in rows],
+             **{m: mean_sd([r[m] for r in rows]) for m in measures}}
+            for group, rows in groups.items()]
 
 
-def spotlight_claim(per_model: list[dict], heads_a: int, heads_b: int) -> dict | None:
-    """The seed's claim: do the B-head model's heads differ from each other more than the
-    single head of the A-head model differs from uniform attention? Total variation, 0 to 1."""
-    single = [m["head_scores"][0]["tv_to_uniform"] for m in per_model if m["heads"] == heads_a]
-    between = [m["head_scores"][0]["tv_between_heads"] for m in per_model if m["heads"] == heads_b]
-    if heads_a != 1 or not single or not between:
-        return None
-    a, b = float(np.mean(single)), float(np.mean(between))
-    holds = b > a
-    sentence = (
-        f"The {heads_b} heads differ from each other by a mean total-variation distance of {b:.3f}, "
-        f"{'more' if holds else 'less'} than the single head differs from uniform attention "
-        f"({a:.3f}): {'consistent with' if holds else 'not what'} the seed's picture of several "
-        f"spotlights each following its own clue{'' if holds else ' predicts'}."
-    )
-    return {"heads_a": heads_a, "heads_b": heads_b, "single_head_tv_to_uniform": a,
-            "tv_between_heads": b, "holds": holds, "sentence": sentence}
+def spotlight_claim(per_model: list[dict], single: str, multi: str, substantial: float) -> list[dict]:
+    """Per layer: do the multi-head model's heads together give substantial weight to more
+    distinct positions than the single head does? Paired over seeds, 95% CI."""
+    by_key = {(m["variant"], m["seed"], row["layer"]): row for m in per_model for row in m["layers"]}
+    claims = []
+    for layer in sorted({layer for _, _, layer in by_key}):
+        seeds = sorted(s for v, s, l in by_key if v == single and l == layer and (multi, s, l) in by_key)
+        if not seeds:
+            continue
+        one = [by_key[(single, s, layer)]["covered_positions"] for s in seeds]
+        many = [by_key[(multi, s, layer)]["covered_positions"] for s in seeds]
+        top1 = mean_sd([by_key[(multi, s, layer)]["distinct_top1"] for s in seeds])
+        diff, low, high = mean_ci95(np.array(many) - np.array(one))
+        holds = bool(low > 0)
+        unclear = not (low > 0 or high < 0)
+        spread = mean_sd(one), mean_sd(many)
+        sentence = (
+            f"Layer {layer}: per query position, the {multi} heads together give more than {substantial:g} of their "
+            f"weight to {spread[1]['mean']:.2f} ± {spread[1]['sd']:.2f} distinct positions, the single head to "
+            f"{spread[0]['mean']:.2f} ± {spread[0]['sd']:.2f} (mean ± sd over seeds {', '.join(map(str, seeds))}; "
+            f"paired difference {diff:+.2f}, 95% CI [{low:+.2f}, {high:+.2f}]); the {multi} heads put their largest "
+            f"weight on {top1['mean']:.2f} ± {top1['sd']:.2f} distinct positions. "
+            + ("With one seed there is no interval, so no conclusion is drawn." if len(seeds) < 2 else
+               "So several heads do look at more places at once than one head: the spotlight picture holds here."
+               if holds else "So the heads together do not clearly look at more places than one head: the spotlight "
+               "picture is not supported here." if unclear else
+               "So the heads together look at fewer places than one head: the spotlight picture does not hold here.")
+        )
+        claims.append({"layer": layer, "single": single, "multi": multi, "seeds": seeds,
+                       "covered_single": spread[0], "covered_multi": spread[1], "distinct_top1_multi": top1,
+                       "diff": diff, "diff_ci95": [low, high], "holds": holds, "sentence": sentence})
+    return claims
 
 
 def sentence_ids(tokenizer: Tokenizer, sentence: str, test_tokens: np.ndarray) -> list[int]:
@@ -170,55 +188,63 @@ def sentence_ids(tokenizer: Tokenizer, sentence: str, test_tokens: np.ndarray) -
 
 
 @torch.no_grad()
-def sentence_maps(model: Decoder, ids: list[int]) -> np.ndarray:
-    """(heads, T, T) attention of the first layer on one sentence."""
+def sentence_maps(model: Decoder, ids: list[int]) -> list[np.ndarray]:
+    """(heads, T, T) attention of every layer on one sentence."""
     with capturing(model) as layers:
         model(torch.tensor([ids[: model.config.context]]))
-        return layers[0].captured_weights[0].numpy()
+        return [layer.captured_weights[0].numpy() for layer in layers]
 
 
-def inspect(config: DictConfig, study: dict, compare: list[int]) -> dict:
+def inspect(config: DictConfig, study: dict) -> dict:
     torch.set_num_threads(config.threads)
+    settings = config.inspect
     prepared = Path(config.paths.prepared)
     test = load_tokens(prepared, "test")
     tokenizer = Tokenizer.from_file(str(prepared / TOKENIZER_FILE))
-    ids = sentence_ids(tokenizer, config.inspect.sentence, test)
-    labels = [tokenizer.decode([i]).strip() for i in ids]
-    batch_size = config.inspect.batch_size
-    figure_dir = REPORTS_DIR / "figures" / "heads"
-    per_model, map_figures = [], {}
-    for heads in study["heads"]:
+    ids = sentence_ids(tokenizer, settings.sentence, test)
+    labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
+    figure_dir = Path(config.paths.reports) / "figures" / "heads"
+    per_model, map_figures = [], []
+    for variant in (str(v) for v in study["variants"]):
         for seed in study["seeds"]:
-            directory = Path(config.paths.models) / f"h{heads}-s{seed}"
-            model, run = load_model(directory), read_run(directory)
-            intact = perplexity(*stream_nll(model, test, batch_size))
-            rows = head_scores(model, test, batch_size)
-            for row in rows:
-                row["ablation_delta_ppl"] = ablation_ppl(model, test, batch_size, row["layer"], row["head"]) - intact
-            per_model.append({"name": run["name"], "heads": heads, "seed": seed, "test_ppl": intact, "head_scores": rows})
-            print(f"inspect: {run['name']}: " + ", ".join(
-                f"head {r['head']}: prev {r['previous_token']:.2f}, ablation {r['ablation_delta_ppl']:+.1f}" for r in rows))
+            model = load_model(Path(config.paths.models) / f"h{variant}-s{seed}")
+            intact = perplexity(*stream_nll(model, test, settings.batch_size))
+            heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
+            for row in heads:
+                row["ablation_delta_ppl"] = ablation_ppl(model, test, settings.batch_size, row["layer"], row["head"]) - intact
+            per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "test_ppl": intact,
+                              "head_scores": heads, "layers": layers})
+            print(f"inspect: h{variant}-s{seed}: " + ", ".join(
+                f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in layers))
             if seed == study["seeds"][0]:
-                map_figures[heads] = figures.attention_maps(
-                    sentence_maps(model, ids), labels, f"{heads} head{'s' if heads > 1 else ''} (seed {seed})",
-                    figure_dir / f"attention_h{heads}.png")
-    summary = summarise(per_model, config.inspect.roles)
-    figures.head_scores(summary, figure_dir / "head_scores.png")
+                for layer, weights in enumerate(sentence_maps(model, ids)):
+                    map_figures.append(str(figures.attention_maps(
+                        weights, labels, f"Attention of variant {variant} (seed {seed}), layer {layer}",
+                        figure_dir / f"attention_h{variant}_layer{layer}.png")))
+    head_rows = summarise(per_model, "head_scores", ("variant", "layer", "head"), (*SCORES, "ablation_delta_ppl"))
+    for row in head_rows:
+        row["role"] = role(row, settings.roles)
+    layer_rows = summarise(per_model, "layers", ("variant", "layer"), SPOTLIGHT)
     return {
-        "sentence": config.inspect.sentence,
-        "roles": {name: dict(rule) for name, rule in config.inspect.roles.items()},
-        "rows": summary,
-        "claim": spotlight_claim(per_model, *compare),
+        "sentence": settings.sentence,
+        "substantial_weight": settings.substantial_weight,
+        "roles": {name: dict(rule) for name, rule in settings.roles.items()},
+        "rows": head_rows,
+        "layers": layer_rows,
+        "claims": spotlight_claim(per_model, str(settings.spotlight.single), str(settings.spotlight.multi),
+                                  settings.substantial_weight),
         "models": per_model,
-        "figures": {"attention_maps": {str(h): str(p) for h, p in map_figures.items()},
-                    "head_scores": str(figure_dir / "head_scores.png")},
+        "figures": {"attention_maps": map_figures},
     }
 
 
 def main(overrides: list[str]) -> None:
     config = compose_config(overrides)
-    params = yaml.safe_load(Path("params.yaml").read_text())
-    result = inspect(config, params["study"], params["report"]["compare"])
-    write_atomically(REPORTS_DIR / "heads.json", json.dumps(result, indent=2) + "\n")
-    if result["claim"]:
-        print(result["claim"]["sentence"])
+    if not PARAMS_FILE.is_file():
+        raise ConfigError(f"{PARAMS_FILE} not found: run inspect from the study's folder")
+    result = inspect(config, yaml.safe_load(PARAMS_FILE.read_text())["study"])
+    head_scores = figures.head_scores(result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png")
+    result["figures"]["head_scores"] = str(head_scores)
+    write_atomically(Path(config.paths.reports) / "heads.json", json.dumps(result, indent=2) + "\n")
+    for claim in result["claims"]:
+        print(claim["sentence"])

@@ -1,247 +1,257 @@
-"""Stage `report`: the seed's table from every model of the study, how sure it is (95% CIs
-over seeds, the paired difference), the n-gram baselines, and the figures; as markdown,
-as self-contained HTML, and as summary.json."""
+"""Stage `report`: the study's table from every model (geometric-mean test perplexity over
+seeds, 95% CIs on log-perplexity), the paired comparisons, the matched control, the budget
+evidence, a head-count sweep when the study is one, the n-gram baselines and the figures; as
+markdown, as self-contained HTML and as summary.json.
+
+What the report contains follows `report:` in the study's params.yaml; where files go follows
+`paths` in conf/.
+"""
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 from pathlib import Path
 
 import pandas as pd
 import yaml
+from omegaconf import DictConfig
 
-from headstudy.core import tracking
-from headstudy.reporting import figures
+from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.files import write_atomically
-from headstudy.reporting.statistics import mean_ci95, paired_difference, verdict
+from headstudy.reporting import figures
+from headstudy.reporting.heads import heads_blocks
+from headstudy.reporting.render import to_html, to_markdown
+from headstudy.reporting.statistics import paired_difference, perplexity_ci95, share_explained, verdict
 
 PARAMS_FILE = Path("params.yaml")
-METRICS_DIR = Path("metrics")
-REPORTS_DIR = Path("reports")
 
 
 def read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `dvc repro` to produce it")
-    return json.loads(path.read_text())
+    if not Path(path).is_file():
+        raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
+    return json.loads(Path(path).read_text())
 
 
-def study_metrics(heads: list[int], seeds: list[int]) -> pd.DataFrame:
-    """One row per (heads, seed) of the study; models outside it are left out."""
-    return pd.DataFrame([
-        read_json(METRICS_DIR / f"h{h}-s{s}.json") for h in heads for s in seeds
-    ])
+def label(variant: str, labels: dict) -> str:
+    if variant in labels:
+        return labels[variant]
+    heads = int(variant.partition("-")[0])
+    return f"{heads} head{'s' if heads > 1 else ''}"
 
 
-def study_curves(heads: list[int], seeds: list[int]) -> pd.DataFrame:
-    frames = []
-    for h in heads:
-        for s in seeds:
-            frames.append(pd.read_csv(METRICS_DIR / "curves" / f"h{h}-s{s}.csv").assign(heads=h, seed=s))
-    return pd.concat(frames, ignore_index=True)
+def study_metrics(metrics: Path, variants: list[str], seeds: list[int]) -> pd.DataFrame:
+    """One row per (variant, seed) of the study; files of models outside it are never read."""
+    return pd.DataFrame([read_json(metrics / f"h{v}-s{s}.json") | {"variant": v} for v in variants for s in seeds])
 
 
-def summarise(metrics: pd.DataFrame) -> list[dict]:
+def study_curves(metrics: Path, variants: list[str], seeds: list[int]) -> pd.DataFrame:
+    return pd.concat([
+        pd.read_csv(metrics / "curves" / f"h{v}-s{s}.csv").assign(variant=v, seed=s)
+        for v in variants for s in seeds
+    ], ignore_index=True)
+
+
+def summarise(metrics: pd.DataFrame, variants: list[str], labels: dict, bigram: float) -> list[dict]:
     rows = []
-    for heads, group in metrics.groupby("heads", sort=True):
-        group = group.sort_values("seed")
-        mean, low, high = mean_ci95(group["test_ppl"])
+    for variant in variants:
+        group = metrics[metrics["variant"] == variant].sort_values("seed")
+        mean, low, high = perplexity_ci95(group["test_ppl"])
         rows.append({
-            "heads": int(heads),
+            "variant": variant,
+            "label": label(variant, labels),
+            "heads": int(group["heads"].iloc[0]),
             "params": int(group["params"].iloc[0]),
             "seeds": group["seed"].astype(int).tolist(),
             "test_ppl": group["test_ppl"].tolist(),
             "test_ppl_mean": mean,
             "test_ppl_ci95": [low, high],
-            "word_ppl_mean": float(group["test_word_ppl"].mean()),
-            "mlflow_run_ids": group["mlflow_run_id"].tolist(),
+            "word_ppl_mean": perplexity_ci95(group["test_word_ppl"])[0],
+            "below_bigram": 1 - mean / bigram,
         })
     return rows
-
-
-def compare(rows: list[dict], heads_a: int, heads_b: int) -> dict | None:
-    """The paired comparison, or None when the study lacks one of the two head counts."""
-    by_heads = {row["heads"]: dict(zip(row["seeds"], row["test_ppl"])) for row in rows}
-    if heads_a not in by_heads or heads_b not in by_heads:
-        return None
-    return paired_difference(by_heads[heads_a], by_heads[heads_b], heads_a, heads_b)
-
-
-def model_label(heads: int) -> str:
-    return "One attention head" if heads == 1 else f"{heads} attention heads"
 
 
 def interval(low: float, high: float, digits: int = 1) -> str:
     return "n/a (one seed)" if math.isnan(low) else f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def results_table(rows: list[dict], baselines: dict) -> pd.DataFrame:
-    bigram = baselines["bigram"]["test_ppl"]
+def percent_interval(low: float, high: float) -> str:
+    return "n/a (one seed)" if math.isnan(low) else f"[{low:+.1%}, {high:+.1%}]"
+
+
+def results_table(rows: list[dict], baselines: dict, vocab: int) -> pd.DataFrame:
     table = pd.DataFrame({
-        "Model": [model_label(r["heads"]) + ("" if r["test_ppl_mean"] < bigram else " (does NOT beat the bigram)")
-                  for r in rows],
+        "Model": [r["label"] for r in rows],
         "Parameters": [f"{r['params']:,}" for r in rows],
-        "Perplexity": [f"{r['test_ppl_mean']:.1f}" for r in rows],
-        "95% CI": [interval(*r["test_ppl_ci95"]) for r in rows],
+        "Test perplexity": [f"{r['test_ppl_mean']:.2f}" for r in rows],
+        "95% CI": [interval(*r["test_ppl_ci95"], digits=2) for r in rows],
+        "Against the bigram": [f"{-r['below_bigram']:+.1%}" for r in rows],
         "Per-word perplexity": [f"{r['word_ppl_mean']:.1f}" for r in rows],
         "Seeds": [", ".join(map(str, r["seeds"])) for r in rows],
     })
-    vocab = baselines["vocab_size"]
     for name, params in (("unigram", vocab - 1), ("bigram", vocab * (vocab - 1))):
         result = baselines[name]
-        table.loc[len(table)] = [
-            f"{name.capitalize()} baseline (add-{result['add_k']:g})", f"{params:,}",
-            f"{result['test_ppl']:.1f}", "", f"{result['test_word_ppl']:.1f}", "",
-        ]
+        table.loc[len(table)] = [f"{name.capitalize()} baseline (add-{result['add_k']:g})", f"{params:,}",
+                                 f"{result['test_ppl']:.2f}", "", "", f"{result['test_word_ppl']:.1f}", ""]
     return table
 
 
-def comparison_table(comparison: dict, rows: list[dict], claim: dict) -> pd.DataFrame:
-    by_heads = {r["heads"]: r for r in rows}
-    a, b = comparison["heads_a"], comparison["heads_b"]
-    claim_diff = claim["ppl_b"] - claim["ppl_a"]
-    low, high = comparison["diff_ci95"]
-    rel_low, rel_high = comparison["relative_ci95"]
-    return pd.DataFrame({
-        "": [f"{model_label(a)}: perplexity", f"{model_label(b)}: perplexity",
-             f"Difference ({b} − {a}), paired over seeds", "Relative change"],
+def comparisons(rows: list[dict], pairs: list[list]) -> list[dict]:
+    """The paired comparisons asked for in report.compare that the study has both sides of."""
+    by_variant = {r["variant"]: r for r in rows}
+    found = []
+    for a, b in ((str(a), str(b)) for a, b in pairs):
+        if a in by_variant and b in by_variant:
+            ra, rb = by_variant[a], by_variant[b]
+            found.append({"variant_a": a, "variant_b": b, **paired_difference(
+                dict(zip(ra["seeds"], ra["test_ppl"])), dict(zip(rb["seeds"], rb["test_ppl"])), ra["label"], rb["label"])})
+    return found
+
+
+def comparison_table(comparison: dict, rows: list[dict], claim: dict | None) -> pd.DataFrame:
+    by_variant = {r["variant"]: r for r in rows}
+    a, b = by_variant[comparison["variant_a"]], by_variant[comparison["variant_b"]]
+    table = pd.DataFrame({
+        "": [f"{a['label']}: perplexity", f"{b['label']}: perplexity",
+             "Relative change, paired over seeds", "Difference, paired over seeds"],
         "This study": [
-            f"{by_heads[a]['test_ppl_mean']:.1f}", f"{by_heads[b]['test_ppl_mean']:.1f}",
-            f"{comparison['diff_mean']:+.2f}, 95% CI {interval(low, high, 2)}",
-            f"{comparison['relative']:+.1%}, 95% CI "
-            + ("n/a" if math.isnan(rel_low) else f"[{rel_low:+.1%}, {rel_high:+.1%}]"),
-        ],
-        "Course chapter": [
-            f"{claim['ppl_a']:.1f}", f"{claim['ppl_b']:.1f}", f"{claim_diff:+.1f}",
-            f"{claim_diff / claim['ppl_a']:+.1%}",
+            f"{a['test_ppl_mean']:.2f}", f"{b['test_ppl_mean']:.2f}",
+            f"{comparison['relative']:+.1%}, 95% CI {percent_interval(*comparison['relative_ci95'])}",
+            f"{comparison['diff_mean']:+.2f}, 95% CI {interval(*comparison['diff_ci95'], digits=2)}",
         ],
     })
+    if claim and [comparison["variant_a"], comparison["variant_b"]] == [str(claim["a"]), str(claim["b"])]:
+        table["Course chapter"] = [f"{claim['ppl_a']:.1f}", f"{claim['ppl_b']:.1f}",
+                                   f"{claim['ppl_b'] / claim['ppl_a'] - 1:+.1%}", f"{claim['ppl_b'] - claim['ppl_a']:+.1f}"]
+    return table
 
 
-def comparison_blocks(comparison: dict | None, rows: list[dict], settings: dict) -> list[tuple[str, object]]:
-    if comparison is None:
-        heads_a, heads_b = settings["compare"]
-        return [("text", f"No comparison: report.compare asks for {heads_a} and {heads_b} heads, "
-                         "and study.heads lacks one of them.")]
-    return [
-        ("text", verdict(comparison)),
-        ("table", comparison_table(comparison, rows, settings["seed_claim"])),
-        ("text", "The course chapter's corpus is not known, so its perplexities are not comparable "
-                 "with ours in level; its direction and its relative change are."),
-    ]
+def control_sentence(found: list[dict], control: dict) -> tuple[str, dict] | None:
+    """How much of the gain of `treatment` over `baseline` the matched `control` (same
+    parameters as the treatment, the baseline's heads) reproduces."""
+    pairs = {(c["variant_a"], c["variant_b"]): c for c in found}
+    baseline, matched, treatment = (str(control[k]) for k in ("baseline", "control", "treatment"))
+    total, heads = pairs.get((baseline, treatment)), pairs.get((matched, treatment))
+    if total is None or heads is None:
+        return None
+    rows = {c["variant_a"]: c["a"] for c in found} | {c["variant_b"]: c["b"] for c in found}
+    by_parameters = {"log_ratio": total["log_ratio"] - heads["log_ratio"]}
+    result = {"baseline": baseline, "control": matched, "treatment": treatment, "seeds": total["seeds"],
+              "parameters_log_ratio": by_parameters["log_ratio"], "heads_log_ratio": heads["log_ratio"],
+              "total_log_ratio": total["log_ratio"], "share_explained_by_parameters": None}
+    if not total["significant"]:
+        return (f"{rows[treatment]} and {rows[baseline]} do not differ clearly, so there is no gain for the "
+                f"extra parameters to explain."), result
+    share = share_explained(total, by_parameters)
+    result["share_explained_by_parameters"] = share
+    if share <= 0:
+        explained = "none of it: the extra parameters alone do not help the single head"
+    elif share >= 1:
+        explained = "all of it: with as many parameters, more heads add nothing"
+    else:
+        explained = f"{share:.0%} of it; splitting into heads gives the other {1 - share:.0%}"
+    return (f"Of the gain of {rows[treatment].lower()} over {rows[baseline].lower()} ({total['relative']:+.1%} "
+            f"perplexity), the extra output projection given to {rows[matched].lower()} explains {explained} "
+            f"(log-perplexity shares, means over seeds {', '.join(map(str, total['seeds']))}). At equal "
+            f"parameters: {verdict(heads)}"), result
 
 
-def heads_table(heads: dict) -> pd.DataFrame:
-    def cell(row, key, digits=2):
-        return f"{row[key]['mean']:.{digits}f} ± {row[key]['sd']:.{digits}f}"
-
-    return pd.DataFrame({
-        "Model": [model_label(r["heads"]) for r in heads["rows"]],
-        "Head": [f"layer {r['layer']}, head {r['head']}" for r in heads["rows"]],
-        "Role": [r["role"] for r in heads["rows"]],
-        "Previous token": [cell(r, "previous_token") for r in heads["rows"]],
-        "Self": [cell(r, "self") for r in heads["rows"]],
-        "First position": [cell(r, "first_position") for r in heads["rows"]],
-        "Distance (tokens)": [cell(r, "distance", 1) for r in heads["rows"]],
-        "Entropy (uniform), nats": [f"{cell(r, 'entropy')} ({r['uniform_entropy']['mean']:.2f})"
-                                    for r in heads["rows"]],
-        "Perplexity rise when zeroed": [cell(r, "ablation_delta_ppl", 1) for r in heads["rows"]],
-    })
+def comparison_blocks(found: list[dict], rows: list[dict], settings: dict) -> list:
+    if not found:
+        return [("text", f"No comparison: none of the pairs in report.compare ({settings.get('compare', [])}) "
+                         "has both of its variants in study.variants.")]
+    blocks = [("heading", "The comparisons")]
+    for comparison in found:
+        blocks += [("text", verdict(comparison)),
+                   ("table", comparison_table(comparison, rows, settings.get("seed_claim")))]
+    if settings.get("seed_claim"):
+        blocks.append(("text", "The course chapter's corpus is not known, so its perplexities are not "
+                               "comparable with ours in level; its direction and its relative change are."))
+    return blocks
 
 
-def heads_blocks(heads: dict) -> list[tuple[str, object]]:
-    rules = "; ".join(f"{name}: {rule['score'].replace('_', '-')} score above {rule['above']}"
-                      for name, rule in heads["roles"].items())
-    seeds = ", ".join(map(str, heads["rows"][0]["seeds"])) if heads["rows"] else ""
-    maps = [Path(p) for p in heads["figures"]["attention_maps"].values()]
-    return [
-        ("heading", "Inside the heads"),
-        ("text", "Measured on the whole test split, over every query position after the first: "
-                 "the mean attention weight on the previous token, on the token itself and on the "
-                 "first position of the window; the mean distance attended, in tokens; the entropy "
-                 "of the attention, beside that of uniform attention over the visible positions; "
-                 "and the rise in test perplexity when the head's output is zeroed (for the 1-head "
-                 f"model that removes attention altogether). Mean ± sd over seeds {seeds}."),
-        ("table", heads_table(heads)),
-        ("text", f"A head is named for a role only when its score passes the threshold set in "
-                 f"conf/inspect/ ({rules}); otherwise it is called mixed."),
-        ("text", heads["claim"]["sentence"] if heads["claim"] else
-                 "No spotlight comparison: it needs a 1-head model and a multi-head model in the study."),
-        ("text", f"Attention maps of the sentence \"{heads['sentence']}\" (row: the token attending; "
-                 "column: the token attended to):"),
-        ("figures", maps),
-        ("figure", Path(heads["figures"]["head_scores"])),
-    ]
+def budget_section(rows, curves, stats, baselines, settings, figure_dir) -> tuple[list, dict]:
+    """The budget paragraph from the study's own curves, the criterion of report.budget, and the
+    long runs' evidence with its figure."""
+    budget = settings["budget"]
+    mean_curves = curves.groupby(["variant", "tokens"])["val_ppl"].mean().unstack("variant")
+    tokens = int(mean_curves.index.max())
+    epochs = tokens / stats["splits"]["train"]["tokens"]
+    last, before = mean_curves.iloc[-1], mean_curves.iloc[-2]
+    still = (1 - last / before).max()
+    final_order = list(last.sort_values().index)
+    changes = [int(t) for t, row in mean_curves.iterrows() if list(row.sort_values().index) != final_order]
+    a, b = (str(v) for v in settings["compare"][0])
+    gap = mean_curves[b] / mean_curves[a] - 1
+    quarter_start = gap.index[gap.index >= 0.75 * tokens][0]
+    drift = abs(gap.iloc[-1] - gap.loc[quarter_start])
+    labels = {r["variant"]: r["label"] for r in rows}
+    worst = min(rows, key=lambda r: r["below_bigram"])
+    beats = worst["below_bigram"] >= budget["beat_bigram_by"]
+    stable = drift < budget["max_gap_drift"]
+    result = {"tokens": tokens, "epochs": epochs, "last_interval_improvement": float(still),
+              "ranking_changes_at_tokens": changes, "gap_last_quarter_drift": float(drift),
+              "weakest_below_bigram": worst["below_bigram"], "criterion_met": bool(beats and stable)}
+    text = (
+        f"Each model trained on {tokens / 1e6:.1f} million tokens, {epochs:.1f} epochs of the training split. "
+        f"Over the last validation interval the mean validation perplexity of every variant still fell by at most "
+        f"{still:.1%}. The ranking of the variants by mean validation perplexity "
+        + ("is the final one at every validation point. " if not changes else
+           f"differs from the final one at {len(changes)} validation point(s), the last at "
+           f"{changes[-1] / 1e6:.1f} million tokens. ")
+        + f"Criterion for the budget (report.budget): every variant at least {budget['beat_bigram_by']:.0%} below the "
+          f"bigram in test perplexity (the weakest, {worst['label'].lower()}, is {worst['below_bigram']:.1%} below: "
+          f"{'met' if beats else 'NOT met'}), and the relative gap of {labels[b].lower()} against {labels[a].lower()} "
+          f"moving by less than {budget['max_gap_drift'] * 100:g} points over the last quarter of training (it moved "
+          f"{drift * 100:.1f} points, from {gap.loc[quarter_start]:+.1%} to {gap.iloc[-1]:+.1%}: "
+          f"{'met' if stable else 'NOT met'})."
+    )
+    blocks = [("heading", "Budget"), ("text", text)]
+    evidence_dir = Path(budget["evidence"])
+    evidence = {label(p.stem[1:].rsplit("-s", 1)[0], settings.get("labels", {})): pd.read_csv(p)
+                for p in sorted(evidence_dir.glob("h*-s*.csv"))}
+    if len(evidence) == 2:
+        (name_a, curve_a), (name_b, curve_b) = evidence.items()
+        long_gap = (curve_b.set_index("tokens")["val_ppl"] / curve_a.set_index("tokens")["val_ppl"] - 1).rename(
+            f"{name_b} against {name_a}")
+        figure = figures.budget_evidence(evidence, long_gap, tokens, figure_dir / "budget_evidence.png")
+        at_budget = long_gap.loc[long_gap.index[long_gap.index >= tokens][0]] if (long_gap.index >= tokens).any() else math.nan
+        blocks += [
+            ("text", f"Evidence for the budget ({evidence_dir}): one long run per head count, seed 0, "
+                     f"{long_gap.index.max() / 1e6:.1f} million tokens under one schedule, validated every "
+                     f"{long_gap.index[1] - long_gap.index[0]:,} tokens. The relative gap goes from "
+                     f"{long_gap.iloc[0]:+.1%} at the first validation to {at_budget:+.1%} at this study's budget and "
+                     f"{long_gap.iloc[-1]:+.1%} at the end. Points before the end of a long run are taken at a higher "
+                     "learning rate than a run of that length ends with, so they overstate the perplexity such a run "
+                     "reaches."),
+            ("figure", figure),
+        ]
+        result["evidence"] = {"gap_first": float(long_gap.iloc[0]), "gap_at_budget": float(at_budget),
+                              "gap_last": float(long_gap.iloc[-1]), "tokens": int(long_gap.index.max())}
+    return blocks, result
 
 
-def blocks(rows, baselines, comparison, settings, stats, figure_paths, heads) -> list[tuple[str, object]]:
-    test = stats["splits"]["test"]
-    tokens_per_word = (test["tokens"] - 1) / (test["words"] + test["lines"])
-    laggards = [model_label(r["heads"]) for r in rows if r["test_ppl_mean"] >= baselines["bigram"]["test_ppl"]]
-    return [
-        ("title", "Does attention with four heads beat one head at the same width?"),
-        ("text", f"Test split of the corpus `{stats['corpus']}`, {test['tokens'] - 1:,} tokens predicted. "
-                 "Perplexity is per BPE token (lower is better): the mean over seeds, with a 95% "
-                 "Student-t confidence interval across seeds."),
-        ("table", results_table(rows, baselines)),
-        ("heading", "The comparison"),
-        *comparison_blocks(comparison, rows, settings),
-        ("text", ("Every transformer beats the bigram baseline." if not laggards else
-                  f"Warning: the bigram baseline beats {' and '.join(laggards).lower()}: a "
-                  "transformer that cannot beat a bigram is undertrained or broken.")),
-        ("text", f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per "
-                 f"line as the PTB convention does: {test['words']:,} words + {test['lines']:,} "
-                 f"lines. It equals the per-token perplexity to the power tokens/words, "
-                 f"{tokens_per_word:.3f} here, so both rank models the same way."),
-        ("heading", "Figures"),
-        *[("figure", path) for path in figure_paths],
-        *heads_blocks(heads),
-    ]
-
-
-def to_markdown(parts, base: Path) -> str:
-    out = []
-    for kind, content in parts:
-        out.append({
-            "title": lambda c: f"# {c}",
-            "heading": lambda c: f"## {c}",
-            "text": lambda c: c,
-            "table": lambda c: c.to_markdown(index=False, disable_numparse=True),
-            "figure": lambda c: markdown_image(c, base),
-            "figures": lambda c: " ".join(markdown_image(path, base) for path in c),
-        }[kind](content))
-    return "\n\n".join(out) + "\n"
-
-
-def markdown_image(path: Path, base: Path) -> str:
-    return f"![{path.stem.replace('_', ' ')}]({path.relative_to(base).as_posix()})"
-
-
-def html_image(path: Path, width: str = "100%") -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{path.stem}" style="width:{width}" src="data:image/png;base64,{data}">'
-
-
-def to_html(parts) -> str:
-    body = []
-    for kind, content in parts:
-        if kind == "figure":
-            body.append(html_image(content))
-        elif kind == "figures":
-            body.append("<div>" + "".join(html_image(p, f"{98 / len(content):.0f}%") for p in content) + "</div>")
-        elif kind == "table":
-            body.append(content.to_html(index=False, border=0))
-        else:
-            tag = {"title": "h1", "heading": "h2", "text": "p"}[kind]
-            body.append(f"<{tag}>{html.escape(content)}</{tag}>")
-    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}"
-             "table{border-collapse:collapse}td,th{padding:.3em .8em;border-bottom:1px solid #ccc}"
-             "img{max-width:100%}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>headstudy results</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+def sweep_section(rows: list[dict], found: list[dict], bigram: float, figure_dir: Path) -> tuple[list, dict]:
+    """Test perplexity against head count, and how its shape compares with Vaswani et al. 2017,
+    Table 3 row (A): quality rises from 1 to 16 heads and drops at 32."""
+    rows = sorted(rows, key=lambda r: r["heads"])
+    figure = figures.sweep(rows, bigram, figure_dir / "sweep.png")
+    best = min(rows, key=lambda r: r["test_ppl_mean"])
+    means = {r["heads"]: r["test_ppl_mean"] for r in rows}
+    up_to_16 = [h for h in sorted(means) if h <= 16]
+    falls = all(means[x] > means[y] for x, y in zip(up_to_16, up_to_16[1:]))
+    drop = next((c for c in found if (c["variant_a"], c["variant_b"]) == ("16", "32")), None)
+    sentence = (f"The best head count here is {best['heads']} (test perplexity {best['test_ppl_mean']:.2f}). "
+                f"From 1 to 16 heads the mean test perplexity {'falls at every step' if falls else 'does not fall at every step'}")
+    if drop is not None:
+        sentence += (f"; from 16 to 32 heads it changes by {drop['relative']:+.1%} (95% CI "
+                     f"{percent_interval(*drop['relative_ci95'])})")
+    agrees = falls and drop is not None and drop["significant"] and drop["relative"] > 0
+    sentence += (f". Vaswani et al. (2017, Table 3 row A) saw quality rise from 1 to 16 heads and drop at 32: "
+                 f"ours {'agrees' if agrees else 'does not agree'} with that shape.")
+    return [("heading", "Head-count sweep"), ("text", sentence), ("figure", figure)], {
+        "best_heads": best["heads"], "falls_to_16": falls, "agrees_with_vaswani": agrees}
 
 
 def nan_to_null(value):
@@ -255,32 +265,65 @@ def nan_to_null(value):
     return value
 
 
-def main(overrides: list[str]) -> None:
-    params = yaml.safe_load(PARAMS_FILE.read_text())
-    study, settings = params["study"], params["report"]
-    metrics = study_metrics(study["heads"], study["seeds"])
-    rows = summarise(metrics)
-    baselines = read_json(METRICS_DIR / "baselines.json")
-    stats = read_json(Path("data/prepared/stats.json"))
-    baselines["vocab_size"] = stats["vocab_size"]
-    heads_a, heads_b = settings["compare"]
-    comparison = compare(rows, heads_a, heads_b)
-
-    figure_dir = REPORTS_DIR / "figures"
-    figure_paths = [
-        figures.validation_curves(study_curves(study["heads"], study["seeds"]),
-                                  figure_dir / "validation_curves.png"),
-        figures.test_perplexity(rows, baselines, figure_dir / "test_perplexity.png"),
+def report(config: DictConfig, study: dict, settings: dict) -> dict:
+    variants, seeds = [str(v) for v in study["variants"]], list(study["seeds"])
+    labels = {str(k): v for k, v in settings.get("labels", {}).items()}
+    metrics_dir, reports_dir = Path(config.paths.metrics), Path(config.paths.reports)
+    figure_dir = reports_dir / "figures"
+    stats = read_json(Path(config.paths.prepared) / "stats.json")
+    baselines = read_json(Path(config.paths.baselines))
+    bigram = baselines["bigram"]["test_ppl"]
+    rows = summarise(study_metrics(metrics_dir, variants, seeds), variants, labels, bigram)
+    found = comparisons(rows, settings.get("compare", []))
+    curves = study_curves(metrics_dir, variants, seeds)
+    test = stats["splits"]["test"]
+    blocks = [
+        ("title", settings["title"]),
+        ("text", f"Test split of the corpus `{stats['corpus']}`, {test['tokens'] - 1:,} tokens predicted. Perplexity "
+                 "is per BPE token (lower is better): the geometric mean over seeds, with a 95% Student-t "
+                 "confidence interval computed on log-perplexity across seeds and exponentiated."),
+        ("table", results_table(rows, baselines, stats["vocab_size"])),
+        *comparison_blocks(found, rows, settings),
     ]
-    heads = read_json(REPORTS_DIR / "heads.json")
-    parts = blocks(rows, baselines, comparison, settings, stats, figure_paths, heads)
-    summary = {"rows": rows, "baselines": {k: baselines[k] for k in ("unigram", "bigram")},
-               "comparison": comparison}
-    write_atomically(REPORTS_DIR / "summary.json", json.dumps(nan_to_null(summary), indent=2) + "\n")
-    write_atomically(REPORTS_DIR / "results.md", to_markdown(parts, REPORTS_DIR))
-    write_atomically(REPORTS_DIR / "results.html", to_html(parts))
-    for run_id in metrics["mlflow_run_id"]:
-        for path in figure_paths:
-            tracking.log_artifact(run_id, path, "report")
-    print(results_table(rows, baselines).to_string(index=False))
-    print(verdict(comparison) if comparison else "no comparison: see reports/results.md")
+    summary = {"rows": rows, "baselines": {k: baselines[k] for k in ("unigram", "bigram")}, "comparisons": found}
+    if settings.get("matched_control"):
+        control = control_sentence(found, settings["matched_control"])
+        if control:
+            blocks.append(("text", control[0]))
+            summary["matched_control"] = control[1]
+    laggards = [r["label"] for r in rows if r["test_ppl_mean"] >= bigram]
+    blocks.append(("text", "Every model beats the bigram baseline." if not laggards else
+                   f"Warning: the bigram baseline beats {' and '.join(laggards).lower()}: a transformer that cannot "
+                   "beat a bigram is undertrained or broken."))
+    if settings.get("budget"):
+        budget_blocks, summary["budget"] = budget_section(rows, curves, stats, baselines, settings, figure_dir)
+        blocks += budget_blocks
+    if settings.get("sweep"):
+        sweep_blocks, summary["sweep"] = sweep_section(rows, found, bigram, figure_dir)
+        blocks += sweep_blocks
+    blocks += [
+        ("heading", "Figures"),
+        ("figure", figures.validation_curves(curves, {r["variant"]: r["label"] for r in rows},
+                                             figure_dir / "validation_curves.png")),
+        ("figure", figures.test_perplexity(rows, bigram, figure_dir / "test_perplexity.png")),
+        ("text", f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per line as the PTB "
+                 f"convention does: {test['words']:,} words + {test['lines']:,} lines. It equals the per-token "
+                 f"perplexity to the power tokens/words, {(test['tokens'] - 1) / (test['words'] + test['lines']):.3f} "
+                 "here, so both rank models the same way."),
+    ]
+    if settings.get("inspect"):
+        blocks += heads_blocks(read_json(reports_dir / "heads.json"), labels)
+    write_atomically(reports_dir / "summary.json", json.dumps(nan_to_null(summary), indent=2) + "\n")
+    write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
+    write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
+    print(results_table(rows, baselines, stats["vocab_size"]).to_string(index=False))
+    for comparison in found:
+        print(verdict(comparison))
+    return summary
+
+
+def main(overrides: list[str]) -> None:
+    if not PARAMS_FILE.is_file():
+        raise ConfigError(f"{PARAMS_FILE} not found: run the report from the study's folder")
+    params = yaml.safe_load(PARAMS_FILE.read_text())
+    report(compose_config(overrides), params["study"], params["report"])

@@ -1,0 +1,56 @@
+"""A report is a list of blocks (kind, content); this renders them as markdown and as one
+self-contained HTML file (figures inlined), so both always say the same thing."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+Block = tuple[str, object]
+
+
+def to_markdown(blocks: list[Block], base: Path) -> str:
+    out = []
+    for kind, content in blocks:
+        out.append({
+            "title": lambda c: f"# {c}",
+            "heading": lambda c: f"## {c}",
+            "text": lambda c: c,
+            "table": lambda c: c.to_markdown(index=False, disable_numparse=True),
+            "figure": lambda c: markdown_image(c, base),
+        }[kind](content))
+    return "\n\n".join(out) + "\n"
+
+
+def markdown_image(path: Path, base: Path) -> str:
+    return f"![{path.stem.replace('_', ' ')}]({Path(path).relative_to(base).as_posix()})"
+
+
+def html_image(path: Path) -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    return f'<figure><img alt="{path.stem.replace("_", " ")}" src="data:image/png;base64,{data}"></figure>'
+
+
+STYLE = (
+    "body{font-family:sans-serif;max-width:64em;margin:2em auto;padding:0 1em;line-height:1.45}"
+    "table{border-collapse:collapse;display:block;overflow-x:auto;max-width:100%}"
+    "td,th{padding:.3em .8em;border-bottom:1px solid #ccc;text-align:left;vertical-align:top}"
+    "figure{margin:1em 0}img{max-width:100%;height:auto}"
+)
+
+
+def to_html(blocks: list[Block], title: str) -> str:
+    body = []
+    for kind, content in blocks:
+        if kind == "figure":
+            body.append(html_image(content))
+        elif kind == "table":
+            body.append(content.to_html(index=False, border=0))
+        else:
+            tag = {"title": "h1", "heading": "h2", "text": "p"}[kind]
+            body.append(f"<{tag}>{html.escape(content)}</{tag}>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
