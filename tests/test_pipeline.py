@@ -21,9 +21,9 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow
 
 TINY = {
-    "study": {"heads": [1], "seeds": [0]},
+    "study": {"variants": [1, "1-mix"], "seeds": [0]},
     "model": {"preset": "tiny"},
-    "train": {"max_steps": 200, "val_every_steps": 50, "batch_size": 8},
+    "trainer": {"max_steps": 200, "val_every_steps": 50},
 }
 
 
@@ -60,10 +60,12 @@ def runs(project: Path):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     project = tmp_path_factory.mktemp("study")
-    for item in ("dvc.yaml", "conf", "src", ".gitignore"):
+    for item in ("dvc.yaml", "conf", "src", "studies", ".gitignore"):
         source = ROOT / item
-        copy = shutil.copytree if source.is_dir() else shutil.copy
-        copy(source, project / item, ignore=shutil.ignore_patterns("__pycache__")) if source.is_dir() else copy(source, project / item)
+        if source.is_dir():
+            shutil.copytree(source, project / item, ignore=shutil.ignore_patterns("__pycache__", "models", "checkpoints"))
+        else:
+            shutil.copy(source, project / item)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for section, values in TINY.items():
         params[section].update(values)
@@ -75,24 +77,27 @@ def project(tmp_path_factory) -> Path:
     return project
 
 
-def test_repro_trains_evaluates_and_reports_every_model(project):
+def test_repro_trains_evaluates_and_reports_every_variant(project):
     result = run(project, "dvc", "repro")
     assert ran_stages(result.stdout) == {
-        "prepare", "baselines", "train@1-0", "evaluate@1-0", "inspect", "report"
+        "prepare", "baselines", "train@1-0", "train@1-mix-0", "evaluate@1-0", "evaluate@1-mix-0", "inspect", "report"
     }
     summary = json.loads((project / "reports/summary.json").read_text())
-    [row] = summary["rows"]
-    assert row["heads"] == 1 and row["seeds"] == [0]
-    assert row["params"] == json.loads(run(project, "headstudy", "count", "model=tiny").stdout)["params"]
+    one, mixed = summary["rows"]
+    assert (one["variant"], mixed["variant"]) == ("1", "1-mix") and one["seeds"] == [0]
+    assert one["params"] == json.loads(run(project, "headstudy", "count", "model=tiny").stdout)["params"]
+    assert mixed["params"] == json.loads(run(project, "headstudy", "count", "model=tiny", "variant=1-mix").stdout)["params"]
+    assert mixed["params"] > one["params"]
     metrics = json.loads((project / "metrics/h1-s0.json").read_text())
-    assert row["test_ppl"] == [metrics["test_ppl"]]
+    assert one["test_ppl"] == [metrics["test_ppl"]]
     assert 1 < metrics["test_ppl"] < 1024
     report = (project / "reports/results.md").read_text()
-    assert "One attention head" in report and "Inside the heads" in report
-    assert "No comparison: report.compare asks for 1 and 4 heads" in report
-    assert (project / "reports/results.html").read_text().count("data:image/png;base64,") == 4
+    assert "| 1 head + output projection |" in report and "Inside the heads" in report and "## Budget" in report
+    assert "No comparison: none of the pairs in report.compare" in report
+    # results table, validation curves, test perplexity, budget evidence; two attention maps, head scores
+    assert (project / "reports/results.html").read_text().count("data:image/png;base64,") == 7
     heads = json.loads((project / "reports/heads.json").read_text())
-    assert [(row["heads"], row["head"]) for row in heads["rows"]] == [(1, 0)]
+    assert [(row["variant"], row["head"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0)]
 
     [tracked] = runs(project)
     assert tracked.info.run_id == row["mlflow_run_ids"][0]
@@ -110,27 +115,27 @@ def test_second_repro_runs_nothing(project):
 
 
 def test_adding_a_head_count_trains_only_the_new_model(project):
-    edit_params(project, "study", heads=[1, 4])
+    edit_params(project, "study", variants=[1, "1-mix", 4])
     result = run(project, "dvc", "repro")
     assert ran_stages(result.stdout) == {"train@4-0", "evaluate@4-0", "inspect", "report"}
     summary = json.loads((project / "reports/summary.json").read_text())
-    assert [row["heads"] for row in summary["rows"]] == [1, 4]
-    assert summary["comparison"]["heads_a"] == 1 and summary["comparison"]["heads_b"] == 4
-    assert summary["comparison"]["diff_ci95"] == [None, None]
+    assert [row["variant"] for row in summary["rows"]] == ["1", "1-mix", "4"]
+    assert [(c["variant_a"], c["variant_b"]) for c in summary["comparisons"]] == [("1", "4"), ("1-mix", "4")]
+    assert summary["comparisons"][0]["relative_ci95"] == [None, None]
     assert "no claim is made" in (project / "reports/results.md").read_text()  # one seed
     heads = json.loads((project / "reports/heads.json").read_text())
-    assert [(row["heads"], row["head"]) for row in heads["rows"]] == [(1, 0), (4, 0), (4, 1), (4, 2), (4, 3)]
-    assert heads["claim"] is not None
-    assert len(runs(project)) == 2
+    assert [(row["variant"], row["head"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0), ("4", 0), ("4", 1), ("4", 2), ("4", 3)]
+    assert [claim["layer"] for claim in heads["claims"]] == [0]
+    assert len(runs(project)) == 3
 
 
-def test_changing_a_training_parameter_retrains_every_model(project):
-    default_lr = yaml.safe_load((project / "params.yaml").read_text())["train"]["lr"]
-    edit_params(project, "train", lr=default_lr / 2)
+def test_changing_the_budget_retrains_every_model(project):
+    steps = yaml.safe_load((project / "params.yaml").read_text())["trainer"]["max_steps"]
+    edit_params(project, "trainer", max_steps=steps // 2)
     # A dry run lists the stages whose own inputs changed; the rest follow from their outputs.
     planned = ran_stages(run(project, "dvc", "repro", "--dry").stdout)
-    assert planned == {"train@1-0", "train@4-0"}
-    edit_params(project, "train", lr=default_lr)
+    assert planned == {"train@1-0", "train@1-mix-0", "train@4-0"}
+    edit_params(project, "trainer", max_steps=steps)
     assert ran_stages(run(project, "dvc", "repro", "--dry").stdout) == set()
 
 

@@ -166,7 +166,8 @@ def spotlight_claim(per_model: list[dict], single: str, multi: str, substantial:
             f"Layer {layer}: per query position, the {multi} heads together give more than {substantial:g} of their "
             f"weight to {spread[1]['mean']:.2f} ± {spread[1]['sd']:.2f} distinct positions, the single head to "
             f"{spread[0]['mean']:.2f} ± {spread[0]['sd']:.2f} (mean ± sd over seeds {', '.join(map(str, seeds))}; "
-            f"paired difference {diff:+.2f}, 95% CI [{low:+.2f}, {high:+.2f}]); the {multi} heads put their largest "
+            f"paired difference {diff:+.2f}" + ("" if len(seeds) < 2 else f", 95% CI [{low:+.2f}, {high:+.2f}]")
+            + f"); the {multi} heads put their largest "
             f"weight on {top1['mean']:.2f} ± {top1['sd']:.2f} distinct positions. "
             + ("With one seed there is no interval, so no conclusion is drawn." if len(seeds) < 2 else
                "So several heads do look at more places at once than one head: the spotlight picture holds here."

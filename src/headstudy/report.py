@@ -171,7 +171,7 @@ def comparison_blocks(found: list[dict], rows: list[dict], settings: dict) -> li
     return blocks
 
 
-def budget_section(rows, curves, stats, baselines, settings, figure_dir) -> tuple[list, dict]:
+def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[list, dict]:
     """The budget paragraph from the study's own curves, the criterion of report.budget, and the
     long runs' evidence with its figure."""
     budget = settings["budget"]
@@ -179,35 +179,39 @@ def budget_section(rows, curves, stats, baselines, settings, figure_dir) -> tupl
     tokens = int(mean_curves.index.max())
     epochs = tokens / stats["splits"]["train"]["tokens"]
     last, before = mean_curves.iloc[-1], mean_curves.iloc[-2]
-    still = (1 - last / before).max()
+    still = float((1 - last / before).max())
     final_order = list(last.sort_values().index)
     changes = [int(t) for t, row in mean_curves.iterrows() if list(row.sort_values().index) != final_order]
-    a, b = (str(v) for v in settings["compare"][0])
-    gap = mean_curves[b] / mean_curves[a] - 1
-    quarter_start = gap.index[gap.index >= 0.75 * tokens][0]
-    drift = abs(gap.iloc[-1] - gap.loc[quarter_start])
-    labels = {r["variant"]: r["label"] for r in rows}
     worst = min(rows, key=lambda r: r["below_bigram"])
     beats = worst["below_bigram"] >= budget["beat_bigram_by"]
-    stable = drift < budget["max_gap_drift"]
-    result = {"tokens": tokens, "epochs": epochs, "last_interval_improvement": float(still),
-              "ranking_changes_at_tokens": changes, "gap_last_quarter_drift": float(drift),
-              "weakest_below_bigram": worst["below_bigram"], "criterion_met": bool(beats and stable)}
+    result = {"tokens": tokens, "epochs": epochs, "last_interval_improvement": still,
+              "ranking_changes_at_tokens": changes, "weakest_below_bigram": worst["below_bigram"]}
     text = (
-        f"Each model trained on {tokens / 1e6:.1f} million tokens, {epochs:.1f} epochs of the training split. "
-        f"Over the last validation interval the mean validation perplexity of every variant still fell by at most "
-        f"{still:.1%}. The ranking of the variants by mean validation perplexity "
+        f"Each model trained on {tokens / 1e6:.2f} million tokens, {epochs:.1f} epochs of the training split. "
+        f"Over the last validation interval the mean validation perplexity of every variant fell by at most "
+        f"{still:.2%}. The ranking of the variants by mean validation perplexity "
         + ("is the final one at every validation point. " if not changes else
-           f"differs from the final one at {len(changes)} validation point(s), the last at "
-           f"{changes[-1] / 1e6:.1f} million tokens. ")
+           f"differs from the final one at {len(changes)} of {len(mean_curves)} validation points, the last at "
+           f"{changes[-1] / 1e6:.2f} million tokens. ")
         + f"Criterion for the budget (report.budget): every variant at least {budget['beat_bigram_by']:.0%} below the "
-          f"bigram in test perplexity (the weakest, {worst['label'].lower()}, is {worst['below_bigram']:.1%} below: "
-          f"{'met' if beats else 'NOT met'}), and the relative gap of {labels[b].lower()} against {labels[a].lower()} "
-          f"moving by less than {budget['max_gap_drift'] * 100:g} points over the last quarter of training (it moved "
-          f"{drift * 100:.1f} points, from {gap.loc[quarter_start]:+.1%} to {gap.iloc[-1]:+.1%}: "
-          f"{'met' if stable else 'NOT met'})."
+          f"bigram in test perplexity (the weakest, {worst['label']}, is {worst['below_bigram']:.1%} below: "
+          f"{'met' if beats else 'NOT met'})"
     )
-    blocks = [("heading", "Budget"), ("text", text)]
+    met = beats
+    if found:
+        first = found[0]
+        gap = mean_curves[first["variant_b"]] / mean_curves[first["variant_a"]] - 1
+        quarter_start = gap.index[gap.index >= 0.75 * tokens][0]
+        drift = float(abs(gap.iloc[-1] - gap.loc[quarter_start]))
+        stable = drift < budget["max_gap_drift"]
+        met = beats and stable
+        result["gap_last_quarter_drift"] = drift
+        text += (f", and the relative gap in validation perplexity of {first['b']} against {first['a']} moving by less "
+                 f"than {budget['max_gap_drift'] * 100:g} points over the last quarter of training (it moved "
+                 f"{drift * 100:.1f} points, from {gap.loc[quarter_start]:+.1%} to {gap.iloc[-1]:+.1%}: "
+                 f"{'met' if stable else 'NOT met'})")
+    result["criterion_met"] = bool(met)
+    blocks = [("heading", "Budget"), ("text", text + ".")]
     evidence_dir = Path(budget["evidence"])
     evidence = {label(p.stem[1:].rsplit("-s", 1)[0], settings.get("labels", {})): pd.read_csv(p)
                 for p in sorted(evidence_dir.glob("h*-s*.csv"))}
@@ -216,7 +220,8 @@ def budget_section(rows, curves, stats, baselines, settings, figure_dir) -> tupl
         long_gap = (curve_b.set_index("tokens")["val_ppl"] / curve_a.set_index("tokens")["val_ppl"] - 1).rename(
             f"{name_b} against {name_a}")
         figure = figures.budget_evidence(evidence, long_gap, tokens, figure_dir / "budget_evidence.png")
-        at_budget = long_gap.loc[long_gap.index[long_gap.index >= tokens][0]] if (long_gap.index >= tokens).any() else math.nan
+        reached = long_gap.index >= tokens
+        at_budget = float(long_gap[reached].iloc[0]) if reached.any() else math.nan
         blocks += [
             ("text", f"Evidence for the budget ({evidence_dir}): one long run per head count, seed 0, "
                      f"{long_gap.index.max() / 1e6:.1f} million tokens under one schedule, validated every "
@@ -227,7 +232,7 @@ def budget_section(rows, curves, stats, baselines, settings, figure_dir) -> tupl
                      "reaches."),
             ("figure", figure),
         ]
-        result["evidence"] = {"gap_first": float(long_gap.iloc[0]), "gap_at_budget": float(at_budget),
+        result["evidence"] = {"gap_first": float(long_gap.iloc[0]), "gap_at_budget": at_budget,
                               "gap_last": float(long_gap.iloc[-1]), "tokens": int(long_gap.index.max())}
     return blocks, result
 
@@ -296,7 +301,7 @@ def report(config: DictConfig, study: dict, settings: dict) -> dict:
                    f"Warning: the bigram baseline beats {' and '.join(laggards).lower()}: a transformer that cannot "
                    "beat a bigram is undertrained or broken."))
     if settings.get("budget"):
-        budget_blocks, summary["budget"] = budget_section(rows, curves, stats, baselines, settings, figure_dir)
+        budget_blocks, summary["budget"] = budget_section(rows, found, curves, stats, settings, figure_dir)
         blocks += budget_blocks
     if settings.get("sweep"):
         sweep_blocks, summary["sweep"] = sweep_section(rows, found, bigram, figure_dir)

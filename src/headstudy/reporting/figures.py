@@ -127,10 +127,10 @@ def sweep(rows: list[dict], bigram: float, path: Path) -> Path:
 
 
 def attention_maps(weights: np.ndarray, labels: list[str], title: str, path: Path) -> Path:
-    """One panel per head, in rows of at most four: row = the token attending, column = the token
-    attended to, colour = attention weight."""
+    """One panel per head, two to a row so that they stay legible on a page: row = the token
+    attending, column = the token attended to, colour = attention weight."""
     heads, length = weights.shape[0], weights.shape[-1]
-    columns = min(heads, 4)
+    columns = min(heads, 2)
     rows = -(-heads // columns)
     side = max(3.2, 0.28 * length + 1.2)
     figure, axes = plt.subplots(rows, columns, figsize=(side * columns + 1.2, side * rows + 0.6), squeeze=False)
@@ -145,7 +145,8 @@ def attention_maps(weights: np.ndarray, labels: list[str], title: str, path: Pat
         ax.set_xticks(ticks, labels, rotation=90, fontsize=8)
         ax.set_yticks(ticks, labels, fontsize=8)
         ax.set_xlabel("attended to")
-        ax.set_ylabel("attending")
+        if head % columns == 0:
+            ax.set_ylabel("attending")
     figure.suptitle(title)
     figure.tight_layout()
     figure.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
@@ -174,8 +175,11 @@ def head_scores(rows: list[dict], path: Path) -> Path:
                  yerr=[r["ablation_delta_ppl"]["sd"] for r in rows], capsize=3, color="tab:gray",
                  label="mean over seeds; error bar: sd over seeds")
     ablation.set_xticks(range(len(rows)), labels, fontsize=8)
-    ablation.set_ylabel("test perplexity rise when zeroed (log scale)")
-    plain_log_y(ablation)
-    ablation.set_title("What each head is worth (zeroing a single head removes attention altogether)")
+    if all(r["ablation_delta_ppl"]["mean"] > 0 for r in rows):
+        plain_log_y(ablation)
+        ablation.set_ylabel("test perplexity rise when zeroed (log scale)")
+    else:
+        ablation.set_ylabel("test perplexity rise when zeroed")
+    ablation.set_title("What each head is worth\n(zeroing the only head of a model removes attention altogether)")
     ablation.legend(fontsize=8)
     return save(figure, path)
