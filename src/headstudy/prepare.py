@@ -86,10 +86,10 @@ def encode(tokenizer: Tokenizer, text: str) -> np.ndarray:
 
 
 def prepare(config: DictConfig) -> Path:
+    refuse_pipeline_outputs(config, "prepared")
     data = config.data
     if data.corpus not in READERS:
         raise ConfigError(f"data.corpus={data.corpus!r}: expected one of {sorted(READERS)}")
-    refuse_pipeline_outputs(config, "prepared")
     texts = READERS[data.corpus](data)
     print(f"prepare: training a {data.vocab_size}-token byte-level BPE on the train split")
     tokenizer = train_tokenizer(texts["train"], data.vocab_size)

@@ -14,8 +14,6 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from headstudy.core.model import ModelConfig
-
 
 class ConfigError(Exception):
     """Bad input: the message names the key or file and what was expected."""
@@ -164,7 +162,10 @@ def first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def model_config(config: DictConfig) -> ModelConfig:
+def model_config(config: DictConfig):
+    """The plain model's ModelConfig (imported here: help and config printing need no torch)."""
+    from headstudy.core.model import ModelConfig
+
     try:
         return ModelConfig(**OmegaConf.to_container(config.model))
     except TypeError as error:

@@ -40,8 +40,9 @@ def load_tokens(prepared: Path, split: str) -> np.ndarray:
         raise ConfigError(f"{path} holds a {tokens.dtype} array of shape {tokens.shape}: "
                           "expected one row of integer token ids (dvc repro prepare)")
     vocab_size = prepared_vocab_size(prepared)
-    if len(tokens) and (int(tokens.max()) >= vocab_size or int(tokens.min()) < 0):
-        raise ConfigError(f"{path} holds token ids from {int(tokens.min())} to {int(tokens.max())}, but the "
+    lowest, highest = (int(tokens.min()), int(tokens.max())) if len(tokens) else (0, 0)
+    if lowest < 0 or highest >= vocab_size:
+        raise ConfigError(f"{path} holds token id {highest if highest >= vocab_size else lowest}, but the "
                           f"tokenizer has {vocab_size} tokens (ids 0 to {vocab_size - 1}): prepare the data again")
     return tokens
 
