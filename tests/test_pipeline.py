@@ -21,9 +21,9 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow
 
 TINY = {
-    "study": {"heads": [1], "seeds": [0]},
+    "study": {"variants": [1], "seeds": [0]},
     "model": {"preset": "tiny"},
-    "train": {"max_steps": 200, "val_every_steps": 50, "batch_size": 8},
+    "trainer": {"max_steps": 200, "val_every_steps": 50},
 }
 
 
@@ -110,7 +110,7 @@ def test_second_repro_runs_nothing(project):
 
 
 def test_adding_a_head_count_trains_only_the_new_model(project):
-    edit_params(project, "study", heads=[1, 4])
+    edit_params(project, "study", variants=[1, 4])
     result = run(project, "dvc", "repro")
     assert ran_stages(result.stdout) == {"train@4-0", "evaluate@4-0", "inspect", "report"}
     summary = json.loads((project / "reports/summary.json").read_text())
@@ -125,12 +125,12 @@ def test_adding_a_head_count_trains_only_the_new_model(project):
 
 
 def test_changing_a_training_parameter_retrains_every_model(project):
-    default_lr = yaml.safe_load((project / "params.yaml").read_text())["train"]["lr"]
-    edit_params(project, "train", lr=default_lr / 2)
+    budget = yaml.safe_load((project / "params.yaml").read_text())["trainer"]["max_steps"]
+    edit_params(project, "trainer", max_steps=budget // 2)
     # A dry run lists the stages whose own inputs changed; the rest follow from their outputs.
     planned = ran_stages(run(project, "dvc", "repro", "--dry").stdout)
     assert planned == {"train@1-0", "train@4-0"}
-    edit_params(project, "train", lr=default_lr)
+    edit_params(project, "trainer", max_steps=budget)
     assert ran_stages(run(project, "dvc", "repro", "--dry").stdout) == set()
 
 
@@ -153,15 +153,23 @@ def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
 
     result = run(project, "dvc", "repro")
     assert "resuming h1-s0" in result.stdout
-    resumed = json.loads((project / "models/h1-s0/run.json").read_text())
-    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
-    assert resumed["mlflow_run_id"] != uninterrupted["mlflow_run_id"]
+    # The model folder holds only what the inputs determine: the same bytes, though the
+    # training ran as another MLflow run, killed and resumed.
+    assert json.loads((project / "models/h1-s0/run.json").read_text()) == uninterrupted
+    trainings = [r for r in runs(project) if r.info.run_name == "h1-s0"]
+    assert len(trainings) == 2
+    assert {r.data.tags["weights.sha256"] for r in trainings} == {uninterrupted["weights_sha256"]}
     assert not any(r.info.status == "RUNNING" for r in runs(project))
     assert not list(checkpoints.glob("h1-s0-*"))
 
 
+def training_run_id(project: Path, name: str) -> str:
+    [training] = [r for r in runs(project) if r.info.run_name == name and "reproduces" not in r.data.tags]
+    return training.info.run_id
+
+
 def test_reproduce_an_untouched_run_is_bit_identical(project):
-    run_id = json.loads((project / "metrics/h4-s0.json").read_text())["mlflow_run_id"]
+    run_id = training_run_id(project, "h4-s0")
     result = run(project, "headstudy", "reproduce", run_id)
     assert "weights sha256: identical" in result.stdout
     assert "test/ppl: identical" in result.stdout
@@ -172,7 +180,7 @@ def test_reproduce_an_untouched_run_is_bit_identical(project):
 
 
 def test_reproduce_refuses_altered_prepared_data(project):
-    run_id = json.loads((project / "metrics/h4-s0.json").read_text())["mlflow_run_id"]
+    run_id = training_run_id(project, "h4-s0")
     stats = project / "data/prepared/stats.json"
     stats.write_text(stats.read_text() + " ")
     result = run(project, "headstudy", "reproduce", run_id, check=False)
