@@ -3,15 +3,14 @@ scored on the same test tokens as the transformers: every token after the first,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig
 
 from headstudy.core.config import compose_config
-from headstudy.core.data import load_stats, load_tokens
-from headstudy.core.files import write_atomically
+from headstudy.core.data import check_length, check_vocab_size, load_stats, load_tokens, tokens_path
+from headstudy.core.files import refuse_pipeline_outputs, write_json
 
 
 def unigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: float) -> float:
@@ -28,9 +27,12 @@ def bigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: floa
 
 
 def baselines(config: DictConfig) -> dict:
+    refuse_pipeline_outputs(config, "metrics")
     prepared = Path(config.paths.prepared)
+    check_vocab_size(prepared, config.data.vocab_size, "data.vocab_size")
     train = np.asarray(load_tokens(prepared, "train"), dtype=np.int64)
     test = np.asarray(load_tokens(prepared, "test"), dtype=np.int64)
+    check_length(test, 2, tokens_path(prepared, "test"), "a test perplexity")
     stats = load_stats(prepared)["splits"]["test"]
     words = stats["words"] + stats["lines"]  # one end-of-line per line, as for the models
     vocab_size, add_k = config.data.vocab_size, config.baselines.add_k
@@ -43,7 +45,7 @@ def baselines(config: DictConfig) -> dict:
             "test_word_ppl": float(np.exp(total / words)),
         }
         print(f"baselines: {name}: test perplexity {results[name]['test_ppl']:.2f}")
-    write_atomically(Path(config.paths.metrics) / "baselines.json", json.dumps(results, indent=2) + "\n")
+    write_json(Path(config.paths.metrics) / "baselines.json", results)
     return results
 
 

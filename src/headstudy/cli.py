@@ -1,33 +1,117 @@
-"""`headstudy COMMAND [hydra overrides]`: one command per DVC stage, plus `count`."""
+"""`headstudy COMMAND [key=value ...]`: one command per DVC stage, plus count, config and reproduce.
+
+Each command composes conf/ with the key=value overrides (Hydra syntax). Errors meant for the
+user (ConfigError) print as one line; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import os
 import sys
+from pathlib import Path
 
+# Each command and the conf/ groups it reads. dvc.yaml lists the same groups as each stage's
+# deps, and tests/test_dvc_graph.py checks that it does.
 COMMANDS = {
-    "prepare": "prepare the corpus and tokenizer (DVC stage)",
-    "train": "train one model (DVC stage)",
-    "evaluate": "test perplexity of one trained model (DVC stage)",
-    "baselines": "unigram and bigram baselines on the test split (DVC stage)",
-    "inspect": "per-head attention scores and ablations of the trained models (DVC stage)",
-    "report": "render reports/ from the metrics (DVC stage)",
-    "count": "print the model's parameter count as JSON",
-    "reproduce": "retrain a tracked MLflow run and check it is bit-identical",
+    "prepare": ("data",),
+    "baselines": ("data", "baselines"),
+    "train": ("data", "model", "trainer", "optimizer"),
+    "evaluate": ("data", "model"),
+    "inspect": ("data", "inspect"),
+    "report": (),
+    "count": ("data", "model"),
+    "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
+    "reproduce": (),
 }
+ARGUMENTS = {"reproduce": "RUN_ID"}
+CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
+as every command composes it, without doing any work."""
+HELP_FLAGS = ("-h", "--help")
+
+
+def description(command: str) -> str:
+    """The command module's docstring, read without importing it (and torch with it)."""
+    if command == "config":
+        return CONFIG_HELP
+    import ast
+
+    source = (Path(__file__).parent / f"{command}.py").read_text()
+    return ast.get_docstring(ast.parse(source)) or ""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {summary(description(name))}" for name in COMMANDS]
+    return ("usage: headstudy COMMAND [key=value ...]\n\ncommands:\n" + "\n".join(lines)
+            + "\n\n`headstudy COMMAND --help` describes a command and the config groups it reads.")
+
+
+def summary(text: str) -> str:
+    """The first sentence of a docstring, without its `Stage NAME:` prefix."""
+    first = " ".join(text.split("\n\n")[0].split()).split(". ")[0].rstrip(".")
+    first = first.split(": ", 1)[1] if first.startswith(("Stage `", "`headstudy")) else first
+    return first[0].upper() + first[1:] if first else ""
+
+
+def command_help(command: str) -> str:
+    from headstudy.core.config import conf_dir, default_options, group_options, groups, known_keys
+
+    directory = conf_dir()
+    arguments = ARGUMENTS.get(command, "[key=value ...]")
+    lines = [f"usage: headstudy {command} {arguments}", "", description(command), ""]
+    if not COMMANDS[command]:
+        lines.append("It composes no config group.")
+        return "\n".join(lines)
+    keys, defaults, all_groups = known_keys(directory), default_options(directory), groups(directory)
+    lines.append(f"Config groups it reads (from {directory}; choose a file with GROUP=OPTION, "
+                 "set a key with GROUP.KEY=VALUE):")
+    for group in COMMANDS[command]:
+        options = [f"{option} (default)" if option == defaults.get(group) else option
+                   for option in group_options(directory, group)]
+        lines.append(f"  {group:<10} options: {', '.join(options)}")
+        for nested in (g for g in all_groups if g.startswith(group + "/")):
+            lines.append(f"  {'':<10} {nested}: {', '.join(group_options(directory, nested))}")
+        group_keys = sorted({key.split(".")[1] for key in keys if key.startswith(group + ".")})
+        lines.append(f"  {'':<10} keys: {', '.join(group_keys)}")
+    top = [key for key in keys if key.split(".")[0] not in all_groups]
+    lines += ["", f"Other keys: {', '.join(top)}.",
+              "`headstudy config [key=value ...]` prints the resolved config."]
+    return "\n".join(lines)
+
+
+def fail(message: str) -> None:
+    print(f"headstudy: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in COMMANDS:
-        lines = [f"  {name:<10} {text}" for name, text in COMMANDS.items()]
-        print("usage: headstudy COMMAND [key=value ...]\n" + "\n".join(lines), file=sys.stderr)
+    if not args:
+        print(usage(), file=sys.stderr)
         sys.exit(2)
+    if args[0] in (*HELP_FLAGS, "help"):
+        print(usage())
+        return
     command, rest = args[0], args[1:]
-    from headstudy.core.config import ConfigError
+    if command not in COMMANDS:
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        fail(f"unknown command {command!r}" + (f" (did you mean {close[0]}?)" if close else "")
+             + f"; the commands are {', '.join(COMMANDS)}")
+    if any(arg in HELP_FLAGS for arg in rest):
+        print(command_help(command))
+        return
+    from headstudy.core.config import ConfigError, check_study, compose_config
 
     try:
-        importlib.import_module(f"headstudy.{command}").main(rest)
-    except (ConfigError, FileNotFoundError, LookupError) as error:
+        if "DVC_STAGE" in os.environ:  # DVC runs each stage in the folder of its dvc.yaml and params.yaml
+            check_study(Path("params.yaml"))
+        if command == "config":
+            from omegaconf import OmegaConf
+
+            print(OmegaConf.to_yaml(compose_config(rest)), end="")
+        else:
+            importlib.import_module(f"headstudy.{command}").main(rest)
+    except ConfigError as error:
         print(f"headstudy {command}: error: {error}", file=sys.stderr)
         sys.exit(2)

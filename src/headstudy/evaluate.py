@@ -1,48 +1,53 @@
 """Stage `evaluate`: perplexity of one trained model on the whole test stream, written as a
-DVC metrics file and logged to the model's own MLflow run."""
+DVC metrics file and logged to the model's own MLflow run.
+
+The model must be the one the config asks for, trained on the prepared data now on disk
+(core/trained.py checks both); the metrics file holds only what those inputs determine."""
 
 from __future__ import annotations
 
-import json
+import math
+import sys
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from headstudy.core import tracking
-from headstudy.core.config import compose_config
-from headstudy.core.data import load_stats, load_tokens
-from headstudy.core.files import write_atomically
+from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.data import check_length, load_stats, load_tokens, tokens_path
+from headstudy.core.files import refuse_pipeline_outputs, write_json
 from headstudy.core.perplexity import perplexity, stream_nll
-from headstudy.core.trained import load_model, model_dir, read_run
+from headstudy.core.trained import load_trained, model_dir
 
 
-def evaluate(config: DictConfig) -> dict:
+def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
+    """run_id: the MLflow run to log test/ppl to; by default the run that trained these weights."""
+    refuse_pipeline_outputs(config, "metrics")
     torch.set_num_threads(config.threads)
-    directory = model_dir(config)
-    model = load_model(directory)
-    run = read_run(directory)
+    model, run = load_trained(config)
     prepared = Path(config.paths.prepared)
+    test = load_tokens(prepared, "test")
+    check_length(test, 2, tokens_path(prepared, "test"), "a test perplexity")
     stats = load_stats(prepared)["splits"]
-    metrics = {
-        "name": run["name"],
-        "variant": run["variant"],
-        "heads": run["heads"],
-        "seed": run["seed"],
-        "params": run["params"],
-        "mlflow_run_id": run["mlflow_run_id"],
-    }
-    total, count = stream_nll(model, load_tokens(prepared, "test"), config.data.batch_size)
+    tracking.check_store()
+    metrics = {key: run[key] for key in ("name", "variant", "heads", "seed", "params", "weights_sha256")}
+    total, count = stream_nll(model, test, config.data.batch_size)
     metrics.update(test_ppl=perplexity(total, count), test_nll=total, test_tokens_predicted=count)
+    if not math.isfinite(metrics["test_ppl"]):
+        raise ConfigError(f"{model_dir(config)} gives test perplexity {metrics['test_ppl']} (total NLL {total}): "
+                          "the model is broken; train it again")
     test_words = stats["test"]["words"] + stats["test"]["lines"]  # one end-of-line per line
     metrics["test_word_ppl"] = perplexity(metrics["test_nll"], test_words)
     print(f"evaluate: {run['name']}: test perplexity {metrics['test_ppl']:.2f}")
 
-    write_atomically(Path(config.paths.metrics) / f"{run['name']}.json", json.dumps(metrics, indent=2) + "\n")
-    tracking.log_metrics(
-        run["mlflow_run_id"],
-        {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"]},
-    )
+    write_json(Path(config.paths.metrics) / f"{run['name']}.json", metrics)
+    run_id = run_id or tracking.find_training_run(run["name"], run["weights_sha256"])
+    if run_id is None:
+        print(f"evaluate: warning: no finished MLflow run {run['name']} with weights.sha256="
+              f"{run['weights_sha256'][:12]}... in {tracking.tracking_uri()}: test/ppl not logged", file=sys.stderr)
+    else:
+        tracking.log_metrics(run_id, {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"]})
     return metrics
 
 

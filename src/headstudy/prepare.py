@@ -4,7 +4,6 @@ and write the token ids of every split, the tokenizer and their stats under data
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.data import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
+from headstudy.core.files import refuse_pipeline_outputs, write_json
 
 
 def read_ptb(data: DictConfig) -> dict[str, str]:
@@ -37,9 +37,7 @@ def read_text_folder(data: DictConfig) -> dict[str, str]:
     files = sorted(folder.rglob("*.txt")) if folder.is_dir() else []
     if not files:
         raise ConfigError(f"data.dir={data.dir}: expected a folder holding .txt files, found none")
-    lines = [
-        line for path in files for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    lines = [line for path in files for line in read_text_file(path).splitlines() if line.strip()]
     n_valid = int(len(lines) * data.valid_fraction)
     n_test = int(len(lines) * data.test_fraction)
     n_train = len(lines) - n_valid - n_test
@@ -54,6 +52,14 @@ def read_text_folder(data: DictConfig) -> dict[str, str]:
         "test": lines[n_train + n_valid :],
     }
     return {split: "".join(line + "\n" for line in part) for split, part in parts.items()}
+
+
+def read_text_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                          f"{error.start}): data.dir must hold only text files") from None
 
 
 READERS = {"ptb": read_ptb, "textdir": read_text_folder}
@@ -75,16 +81,24 @@ def train_tokenizer(text: str, vocab_size: int) -> Tokenizer:
 def encode(tokenizer: Tokenizer, text: str) -> np.ndarray:
     encodings = tokenizer.encode_batch(text.splitlines(keepends=True))
     ids = [token for encoding in encodings for token in encoding.ids]
-    return np.asarray(ids, dtype=np.uint16)
+    # uint16 halves the files, but only while every id fits in it.
+    return np.asarray(ids, dtype=np.uint16 if tokenizer.get_vocab_size() <= 1 << 16 else np.uint32)
 
 
 def prepare(config: DictConfig) -> Path:
+    refuse_pipeline_outputs(config, "prepared")
     data = config.data
     if data.corpus not in READERS:
         raise ConfigError(f"data.corpus={data.corpus!r}: expected one of {sorted(READERS)}")
     texts = READERS[data.corpus](data)
     print(f"prepare: training a {data.vocab_size}-token byte-level BPE on the train split")
     tokenizer = train_tokenizer(texts["train"], data.vocab_size)
+    if tokenizer.get_vocab_size() < data.vocab_size:
+        raise ConfigError(
+            f"data.vocab_size={data.vocab_size}: the BPE on this train split stops at "
+            f"{tokenizer.get_vocab_size()} tokens (no pair left to merge): set data.vocab_size to at "
+            f"most {tokenizer.get_vocab_size()}"
+        )
 
     destination = Path(config.paths.prepared)
     staging = destination.with_name(destination.name + ".partial")
@@ -101,7 +115,7 @@ def prepare(config: DictConfig) -> Path:
             "lines": sum(1 for line in text.splitlines() if line.strip()),
         }
         print(f"prepare: {split}: {stats['splits'][split]}")
-    (staging / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
+    write_json(staging / STATS_FILE, stats)
     # Only a complete folder takes the output's name: a crash leaves no half-written data.
     shutil.rmtree(destination, ignore_errors=True)
     staging.rename(destination)

@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headstudy.core import tracking
-from headstudy.core.config import ConfigError, validate
+from headstudy.core.config import ConfigError, first_line, validate
 from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
 
 ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
@@ -34,6 +34,22 @@ def check_prepared_data(run, prepared: Path) -> None:
         )
 
 
+def reproducible_run(run_id: str):
+    """A finished training run: only that has the config and the result to compare against."""
+    try:
+        run = tracking.get_run(run_id)
+    except LookupError as error:
+        raise ConfigError(str(error)) from None
+    status = run.info.status
+    if status != "FINISHED":
+        raise ConfigError(f"run {run_id} is {status}: only a finished training run has the config "
+                          "artifact and the weights to reproduce")
+    if "weights.sha256" not in run.data.tags or "paths.prepared" not in run.data.params:
+        raise ConfigError(f"run {run_id} ({run.data.tags.get('mlflow.runName')}) is not a headstudy "
+                          "training run: it records no weights.sha256 or config")
+    return run
+
+
 def environment_differences(run) -> dict[str, tuple[str, str]]:
     now = tracking.environment()
     return {
@@ -48,11 +64,17 @@ def reproduce(run_id: str) -> bool:
     from headstudy.train import train
     from headstudy.core.trained import CONFIG_FILE
 
-    run = tracking.get_run(run_id)
+    tracking.check_store()
+    run = reproducible_run(run_id)
     check_prepared_data(run, Path(run.data.params["paths.prepared"]))
     with tempfile.TemporaryDirectory(prefix="headstudy-reproduce-") as scratch:
         scratch = Path(scratch)
-        config = OmegaConf.load(tracking.download_artifact(run_id, CONFIG_FILE, scratch))
+        try:
+            saved_config = tracking.download_artifact(run_id, CONFIG_FILE, scratch)
+        except Exception as error:  # whatever the artifact store raises: the file is not there
+            raise ConfigError(f"run {run_id} has no readable {CONFIG_FILE} artifact ({first_line(error)}): "
+                              "it cannot be reproduced") from None
+        config = OmegaConf.load(saved_config)
         validate(config)
         differences = environment_differences(run)
         for key, (then, now) in differences.items():
@@ -65,7 +87,7 @@ def reproduce(run_id: str) -> bool:
             run.data.tags.get("overrides", "").split(),
             extra_tags={"reproduces": run_id, "stage": "reproduce"},
         )
-        metrics = evaluate(config)
+        metrics = evaluate(config, run_id=record["mlflow_run_id"])
 
     recorded_hash = run.data.tags.get("weights.sha256")
     recorded_ppl = run.data.metrics.get("test/ppl")

@@ -17,10 +17,12 @@ from omegaconf import DictConfig
 
 from headstudy.core import tracking
 from headstudy.core.config import compose_config, config_digest, model_config, run_name
-from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
-from headstudy.core.model import Decoder, weights_sha256
-from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, model_dir, write_model
-from headstudy.core.training import LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule
+from headstudy.core.data import TOKENIZER_FILE, check_training_data, sha256_file
+from headstudy.core.files import refuse_pipeline_outputs
+from headstudy.core.model import Decoder
+from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
+from headstudy.core.training import (LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule,
+                                     TrainingDiverged)
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -34,10 +36,14 @@ def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
 
 
 def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = None) -> dict:
+    refuse_pipeline_outputs(config, "models", "metrics")
+    prepared = Path(config.paths.prepared)
+    check_training_data(prepared, config.model.vocab_size, config.model.context)
+    data = data_record(prepared)
+    tracking.check_store()
     torch.set_num_threads(config.threads)
     L.seed_everything(config.seed, workers=True)
     name = run_name(config)
-    prepared = Path(config.paths.prepared)
     resume_dir = Path(config.paths.checkpoints) / f"{name}-{config_digest(config)}"
     abandon_stale_resumes(resume_dir.parent, name, keep=resume_dir)
     resume_checkpoint = resume_dir / "last.ckpt"
@@ -66,7 +72,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
             {
                 "stage": os.environ.get("DVC_STAGE", "manual"),
                 "overrides": " ".join(overrides),
-                "data.sha256": prepared_digest(prepared),
+                "data.sha256": data["data_sha256"],
                 "data.dvc_md5": dvc_locked_md5(prepared),
                 "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
                 **(extra_tags or {}),
@@ -79,31 +85,26 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     throughput = Throughput(config.data.batch_size * config.model.context)
     trainer = build_trainer(config, logger, [ResumeCheckpoint(resume_checkpoint), throughput])
     module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
+    except TrainingDiverged:
+        shutil.rmtree(resume_dir)  # Lightning marked the run FAILED; resuming would diverge again
+        raise
 
-    record = {
-        "name": name,
-        "variant": config.variant,
-        "heads": config.model.n_heads,
-        "seed": config.seed,
-        "params": sum(p.numel() for p in model.parameters()),
-        "mlflow_run_id": run_id,
-        "weights_sha256": weights_sha256(model),
-        "tokens_per_sec": throughput.tokens_per_sec,
-    }
+    record = training_record(config, model, data)
     write_model(model_dir(config), model, config, record)
     write_curve(config, tracking.metric_history(run_id, "val/ppl"))
     tracking.log_metrics(
         run_id,
-        {"params": record["params"], "train/tokens_per_sec": record["tokens_per_sec"]},
+        {"params": record["params"], "train/tokens_per_sec": throughput.tokens_per_sec},
         step=trainer.global_step,
     )
     tracking.set_tags(run_id, {"weights.sha256": record["weights_sha256"]})
     for artifact in (CONFIG_FILE, MODEL_FILE):
         tracking.log_artifact(run_id, model_dir(config) / artifact)
     shutil.rmtree(resume_dir)
-    print(f"train: {name}: {record['tokens_per_sec']:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
-    return record
+    print(f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
+    return {**record, "mlflow_run_id": run_id, "tokens_per_sec": throughput.tokens_per_sec}
 
 
 def build_trainer(config: DictConfig, logger, callbacks: list[L.Callback]) -> L.Trainer:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 from pathlib import Path
+
+import yaml
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-
-from headstudy.core.model import ModelConfig
 
 
 class ConfigError(Exception):
@@ -61,18 +62,110 @@ def compose_config(overrides: list[str]) -> DictConfig:
             config = compose("config", overrides=variant_overrides(list(overrides)))
         OmegaConf.resolve(config)
     except (HydraException, OmegaConfBaseException) as error:
-        raise ConfigError(f"conf/ with overrides {list(overrides)}: {first_line(error)}") from None
+        hints = override_hints(list(overrides), directory)
+        raise ConfigError(hints or f"conf/ with overrides {list(overrides)}: {first_line(error)}") from None
     if config.variant is None:
         config.variant = str(config.model.n_heads)
     validate(config)
     return config
 
 
+def groups(directory: Path) -> list[str]:
+    """The config groups of conf/, nested ones as `model/variant`."""
+    return sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*")
+                  if path.is_dir() and any(path.glob("*.yaml")))
+
+
+def group_options(directory: Path, group: str) -> list[str]:
+    return sorted(path.stem for path in (directory / group).glob("*.yaml"))
+
+
+def default_options(directory: Path) -> dict[str, str]:
+    """The option of each group that conf/config.yaml's defaults list picks."""
+    defaults = (yaml.safe_load((directory / "config.yaml").read_text()) or {}).get("defaults", [])
+    return {key: value for entry in defaults if isinstance(entry, dict) for key, value in entry.items()}
+
+
+def known_keys(directory: Path) -> list[str]:
+    """Every dotted key that some option of conf/ defines, e.g. `model.n_heads`, `paths.models`."""
+    keys: set[str] = set()
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}" if prefix else str(key))
+        elif prefix:
+            keys.add(prefix)
+
+    top = yaml.safe_load((directory / "config.yaml").read_text()) or {}
+    walk({key: value for key, value in top.items() if key != "defaults"}, "")
+    for group in groups(directory):
+        for option in group_options(directory, group):
+            path = directory / group / f"{option}.yaml"
+            package = group.replace("/", ".")
+            for line in path.read_text().splitlines():
+                if line.startswith("# @package "):
+                    package = line.removeprefix("# @package ").strip()
+            walk(yaml.safe_load(path.read_text()) or {}, package)
+    return sorted(keys)
+
+
+def override_hints(overrides: list[str], directory: Path) -> str:
+    """For overrides that name no key or option of conf/: what was probably meant."""
+    all_groups, keys = groups(directory), known_keys(directory)
+    hints = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        name, head = key.lstrip("+~"), f"{key}="
+        if name == "variant" and "-" in value:  # variant=1-mix names conf/model/variant/mix.yaml
+            heads, _, value = value.partition("-")
+            name, head = "model/variant", f"variant={heads}-"
+        if name in all_groups:
+            options = group_options(directory, name)
+            if value not in options:
+                close = difflib.get_close_matches(value, options, n=1)
+                hints.append(f"{head}{value}: conf/{name}/ has no option {value!r}"
+                             + (f" (did you mean {head}{close[0]}?)" if close else
+                                f"; the options are {', '.join(options)}"))
+        elif name not in keys and not any(known.startswith(name + ".") for known in keys):
+            close = difflib.get_close_matches(name, keys + all_groups, n=1, cutoff=0.6)
+            hints.append(f"{name} is not a config key"
+                         + (f" (did you mean {close[0]}?)" if close else
+                            "; `headstudy config` prints every key"))
+    return "; ".join(hints)
+
+
+def check_study(params_file: Path) -> None:
+    """params.yaml's study: DVC expands an empty list silently to no stages and a repeated value
+    silently to one, so both are refused here, before a stage does any work."""
+    params_file = Path(params_file)
+    if not params_file.is_file():
+        return
+    study = (yaml.safe_load(params_file.read_text()) or {}).get("study")
+    if not isinstance(study, dict):
+        return
+    problems = []
+    for key in ("variants", "seeds"):
+        values = study.get(key)
+        if not isinstance(values, list) or not values:
+            problems.append(f"study.{key} in {params_file} must be a non-empty list, got {values!r}")
+            continue
+        names = [str(value) for value in values]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            problems.append(f"study.{key} in {params_file} lists {', '.join(repeated)} more than once")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 def first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def model_config(config: DictConfig) -> ModelConfig:
+def model_config(config: DictConfig):
+    """The plain model's ModelConfig (imported here: help and config printing need no torch)."""
+    from headstudy.core.model import ModelConfig
+
     try:
         return ModelConfig(**OmegaConf.to_container(config.model))
     except TypeError as error:

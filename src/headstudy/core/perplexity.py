@@ -23,4 +23,8 @@ def stream_nll(model: Decoder, tokens: np.ndarray, batch_size: int) -> tuple[flo
 
 
 def perplexity(total_nll: float, count: int) -> float:
-    return math.exp(total_nll / count)
+    """exp(mean NLL); infinite rather than an OverflowError for a model that has diverged."""
+    try:
+        return math.exp(total_nll / count)
+    except OverflowError:
+        return math.inf

@@ -175,3 +175,30 @@ def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
     """(step, value) in step order; one value per step, the latest logged."""
     latest = {m.step: m for m in sorted(client().get_metric_history(run_id, key), key=lambda m: m.timestamp)}
     return [(step, latest[step].value) for step in sorted(latest)]
+
+
+def check_store() -> None:
+    """Open the store (creating it if new) before any work: a store that cannot be opened stops
+    the command with one line instead of a traceback from deep inside MLflow."""
+    from headstudy.core.config import ConfigError
+
+    try:
+        experiment_id()
+    except Exception as error:  # whatever the backend raises, the store is unusable
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        source = "MLFLOW_TRACKING_URI" if "MLFLOW_TRACKING_URI" in os.environ else "the default store"
+        raise ConfigError(f"cannot open the MLflow store {tracking_uri()} ({source}): {message}") from None
+
+
+def find_training_run(name: str, weights_sha256: str) -> str | None:
+    """The id of the finished training run that produced these weights under this name (not a
+    `headstudy reproduce` of it). Several can match after a forced retrain: runs of a DVC stage
+    come before manual ones, then the latest first."""
+    runs = client().search_runs(
+        [experiment_id()],
+        filter_string=f"tags.`mlflow.runName` = '{name}' and tags.`weights.sha256` = '{weights_sha256}' "
+                      "and attributes.status = 'FINISHED'",
+    )
+    runs = [run for run in runs if "reproduces" not in run.data.tags]
+    runs.sort(key=lambda run: (run.data.tags.get("stage", "manual") == "manual", -run.info.start_time))
+    return runs[0].info.run_id if runs else None

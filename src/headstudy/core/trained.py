@@ -1,30 +1,53 @@
-"""A trained model on disk: models/<name>/ holds the weights (model.pt), the resolved config
-(config.yaml) and what the training recorded (run.json). Plain PyTorch: no Lightning needed
-to read it back."""
+"""A trained model on disk: models/<name>/ holds the weights (model.pt), the resolved training
+config (config.yaml) and what the training recorded (run.json): name, variant, heads, seed,
+parameter count, the weights' sha256 and the sha256 of the prepared data it was trained on.
+Only content that the same inputs reproduce bit for bit: the MLflow run id and the measured
+speed live in MLflow (find the run with tracking.find_training_run). Plain PyTorch: no
+Lightning needed to read it back."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
+import zipfile
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.core.config import run_name
-from headstudy.core.model import Decoder, ModelConfig
+from headstudy.core.config import ConfigError, run_name
+from headstudy.core.data import check_vocab_size, digest_of, prepared_file_hashes
+from headstudy.core.files import write_json
+from headstudy.core.model import Decoder, ModelConfig, weights_sha256
 
 MODEL_FILE = "model.pt"
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.yaml"
+# Groups the training never reads: kept out of the model's config, so that editing them
+# changes nothing in the model folder.
+NOT_TRAINING = ("baselines", "inspect")
+# What must agree between a saved model and the config that asks for it.
+IDENTITY_KEYS = ("variant", "seed")
 
 
 def model_dir(config: DictConfig) -> Path:
     return Path(config.paths.models) / run_name(config)
 
 
+def training_config(config: DictConfig) -> DictConfig:
+    kept = {key: value for key, value in OmegaConf.to_container(config).items() if key not in NOT_TRAINING}
+    return OmegaConf.create(kept)
+
+
 def read_run(directory: Path) -> dict:
-    return json.loads((Path(directory) / RUN_FILE).read_text())
+    path = Path(directory) / RUN_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: no trained model in {directory} (train it first: dvc repro)")
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} is not valid JSON ({error}): train the model again") from None
 
 
 def write_model(directory: Path, model: Decoder, config: DictConfig, record: dict) -> None:
@@ -35,14 +58,95 @@ def write_model(directory: Path, model: Decoder, config: DictConfig, record: dic
         {"model_config": OmegaConf.to_container(config.model), "state_dict": model.state_dict()},
         staging / MODEL_FILE,
     )
-    (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(config))
-    (staging / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(training_config(config)))
+    write_json(staging / RUN_FILE, record)
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
 
 
+def data_record(prepared: Path) -> dict:
+    """The prepared data a model is trained on, as run.json records it."""
+    files = prepared_file_hashes(prepared)
+    return {"data_sha256": digest_of(files), "data_files": files}
+
+
+def training_record(config: DictConfig, model: Decoder, data: dict) -> dict:
+    """run.json: what the same inputs always reproduce, nothing about this one execution."""
+    return {
+        "name": run_name(config),
+        "variant": config.variant,
+        "heads": config.model.n_heads,
+        "seed": config.seed,
+        "params": sum(p.numel() for p in model.parameters()),
+        "weights_sha256": weights_sha256(model),
+        **data,
+    }
+
+
 def load_model(directory: Path) -> Decoder:
-    saved = torch.load(Path(directory) / MODEL_FILE, map_location="cpu", weights_only=True)
-    model = Decoder(ModelConfig(**saved["model_config"]))
-    model.load_state_dict(saved["state_dict"])
+    path = Path(directory) / MODEL_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: no trained model in {directory} (train it first: dvc repro)")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        model = Decoder(ModelConfig(**saved["model_config"]))
+        model.load_state_dict(saved["state_dict"])
+    except (RuntimeError, OSError, EOFError, KeyError, TypeError, ValueError,
+            pickle.UnpicklingError, zipfile.BadZipFile) as error:
+        raise ConfigError(f"{path} is not a readable headstudy model ({str(error).strip().splitlines()[0]}): "
+                          "train it again") from None
     return model.eval()
+
+
+def load_trained(config: DictConfig) -> tuple[Decoder, dict]:
+    """The model that `config` names (paths.models/h{variant}-s{seed}) and its run.json,
+    refused unless it is the model config asks for and was trained on the data now at
+    paths.prepared. Evaluate and inspect read models only through this."""
+    directory = model_dir(config)
+    record = read_run(directory)
+    check_saved_config(directory, config)
+    check_vocab_size(Path(config.paths.prepared), config.model.vocab_size, "model.vocab_size")
+    check_trained_data(directory, record, Path(config.paths.prepared))
+    return load_model(directory), record
+
+
+def check_saved_config(directory: Path, config: DictConfig) -> None:
+    """The saved model's architecture, variant and seed must be the requested ones: a model
+    folder swapped or trained with other settings must not be scored under this name."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: {directory} is not a complete trained model (train it again)")
+    saved = OmegaConf.load(path)
+    keys = [f"model.{key}" for key in sorted(set(config.model) | set(saved.get("model", {})))]
+    differing = []
+    for key in (*IDENTITY_KEYS, *keys):
+        was, asked = OmegaConf.select(saved, key), OmegaConf.select(config, key)
+        if str(was) != str(asked):
+            differing.append(f"{key} (saved {was!r}, requested {asked!r})")
+    if differing:
+        raise ConfigError(f"{path} differs from the requested config in {', '.join(differing)}: "
+                          "request the model's own settings, or train it again with these (dvc repro)")
+
+
+def check_trained_data(directory: Path, record: dict, prepared: Path) -> None:
+    """The prepared data must be what the model was trained on: other data that still holds valid
+    token ids would change the results silently."""
+    recorded = record.get("data_files")
+    run_file = Path(directory) / RUN_FILE
+    if not isinstance(recorded, dict):
+        raise ConfigError(f"{run_file} records no prepared-data sha256 (data_files): train the model again")
+    found = prepared_file_hashes(prepared)
+    differing = sorted(name for name in set(recorded) | set(found) if recorded.get(name) != found.get(name))
+    if differing:
+        described = ", ".join(f"{prepared / name} ({file_difference(recorded.get(name), found.get(name))})"
+                              for name in differing)
+        raise ConfigError(f"the prepared data differs from what {run_file} recorded at training: {described}: "
+                          "train the model again on this data (dvc repro), or point paths.prepared at its data")
+
+
+def file_difference(recorded: str | None, found: str | None) -> str:
+    if found is None:
+        return "missing"
+    if recorded is None:
+        return "not there at training"
+    return f"sha256 {found[:12]}..., recorded {recorded[:12]}..."

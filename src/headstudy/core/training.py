@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from headstudy.core.config import ConfigError
 from headstudy.core.data import load_tokens, stream_batches, training_batch
 from headstudy.core.model import Decoder, next_token_loss
 
@@ -74,6 +75,10 @@ class TokenDataModule(L.LightningDataModule):
         return DataLoader(batches, batch_size=None)
 
 
+class TrainingDiverged(ConfigError):
+    """A non-finite loss: the weights are lost, so training stops instead of saving them."""
+
+
 class LanguageModelModule(L.LightningModule):
     def __init__(self, model: Decoder, optimizer: DictConfig, max_steps: int):
         super().__init__()
@@ -84,6 +89,8 @@ class LanguageModelModule(L.LightningModule):
     def training_step(self, batch, batch_index):
         inputs, targets = batch
         loss = next_token_loss(self.model(inputs), targets)
+        if not torch.isfinite(loss):
+            self.diverged("train/loss", loss.item(), step=self.global_step + 1)
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
@@ -96,10 +103,22 @@ class LanguageModelModule(L.LightningModule):
         self.valid_targets += targets.numel()
 
     def on_validation_epoch_end(self) -> None:
-        ppl = math.exp(self.valid_nll / self.valid_targets)
+        try:
+            ppl = math.exp(self.valid_nll / self.valid_targets)
+        except OverflowError:
+            ppl = math.inf
+        if not math.isfinite(ppl):
+            self.diverged("val/ppl", ppl, step=self.global_step)
         self.log("val/ppl", ppl, prog_bar=True, logger=False)
         if self.logger is not None:  # at the number of steps trained, which self.log does not use
             self.logger.log_metrics({"val/ppl": ppl}, step=self.global_step)
+
+    def diverged(self, key: str, value: float, step: int) -> None:
+        raise TrainingDiverged(
+            f"training diverged: {key} is {value} at step {step} of "
+            f"trainer.max_steps={self.max_steps}; optimizer.lr={self.optimizer_config.lr} is likely "
+            "too high: lower it (no model was written)"
+        )
 
     def configure_optimizers(self):
         settings = self.optimizer_config

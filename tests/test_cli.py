@@ -1,0 +1,80 @@
+"""The `headstudy` command explains itself: help, the resolved config, and suggestions for a
+mistyped key, option or command. Run as a user runs it, through the installed command."""
+
+from __future__ import annotations
+
+import subprocess
+
+import yaml
+
+from conftest import ROOT
+from headstudy.cli import COMMANDS
+
+
+def headstudy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["headstudy", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    return line
+
+
+def test_help_exits_zero_and_lists_every_command():
+    result = headstudy("--help")
+    assert result.returncode == 0
+    listed = [line.split()[0] for line in result.stdout.split("commands:\n")[1].splitlines() if line.startswith("  ")]
+    assert listed == list(COMMANDS)
+
+
+def test_command_help_describes_it_and_names_its_config_groups_and_their_options():
+    result = headstudy("train", "--help")
+    assert result.returncode == 0
+    text = result.stdout
+    assert text.startswith("usage: headstudy train [key=value ...]")
+    assert "one model for one (head count, seed)" in text
+    groups = {line.split()[0]: line for line in text.splitlines() if "options:" in line}
+    assert set(groups) == {"data", "model", "trainer", "optimizer"}
+    assert "course (default), tiny" in groups["model"] and "ptb (default), textdir" in groups["data"]
+    assert "model/variant: mix" in text
+    assert "max_steps" in text and "lr" in text
+
+
+def test_every_command_has_help():
+    for command in COMMANDS:
+        result = headstudy(command, "--help")
+        assert result.returncode == 0, command
+        assert result.stdout.startswith(f"usage: headstudy {command}")
+
+
+def test_config_prints_the_resolved_config():
+    result = headstudy("config", "model=tiny", "variant=1-mix", "seed=3")
+    assert result.returncode == 0
+    config = yaml.safe_load(result.stdout)
+    assert config["model"]["width"] == 32 and config["model"]["n_heads"] == 1
+    assert config["model"]["mix_heads"] is True and config["seed"] == 3
+    assert config["model"]["vocab_size"] == config["data"]["vocab_size"]  # resolved, not ${...}
+
+
+def test_mistyped_key_gets_a_did_you_mean_from_the_real_keys():
+    line = one_error_line(headstudy("config", "model.n_head=4"))
+    assert line == "headstudy config: error: model.n_head is not a config key (did you mean model.n_heads?)"
+    assert "did you mean optimizer.lr?" in one_error_line(headstudy("count", "optimzer.lr=1"))
+
+
+def test_mistyped_option_gets_a_did_you_mean_from_the_real_options():
+    line = one_error_line(headstudy("config", "model=tinny"))
+    assert "conf/model/ has no option 'tinny' (did you mean model=tiny?)" in line
+    assert "did you mean variant=1-mix?" in one_error_line(headstudy("config", "variant=1-mx"))
+
+
+def test_unknown_command_is_named_as_unknown():
+    line = one_error_line(headstudy("trian", "model=tiny"))
+    assert line.startswith("headstudy: error: unknown command 'trian' (did you mean train?)")
+
+
+def test_no_command_prints_usage_and_fails():
+    result = headstudy()
+    assert result.returncode == 2 and "usage: headstudy COMMAND" in result.stderr

@@ -1,0 +1,306 @@
+"""Bad input and faults, tried as a careless user would. Each one stops with one line that names
+the key or file and what was expected, exits 2, leaves nothing half-written, no MLflow run
+RUNNING and no NaN in any result. Run through the installed `headstudy` command on a tiny text
+corpus, a tiny model and a real MLflow store."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from conftest import ROOT, assert_nothing_half_written, assert_refused
+from headstudy.core.config import ConfigError
+from headstudy.core.files import write_json
+
+DATA = ["data=textdir", "data.dir=corpus", "data.vocab_size=300", "paths.prepared=prepared"]
+TINY = ["model=tiny", "trainer.max_steps=20", "trainer.val_every_steps=10"]
+WORDS = "the cat sat on a mat dog ran after bird sang wet street animal crossed at night".split()
+
+
+def headstudy(cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
+    """A run by hand (no DVC_STAGE) with the project's conf/ and the store cwd/mlflow.db."""
+    env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
+    env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}",
+                **env_changes})
+    return subprocess.run(["headstudy", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def write_corpus(folder: Path, lines: int = 600) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    text = "\n".join(" ".join(rng.choice(WORDS, 12)) for _ in range(lines))
+    (folder / "a.txt").write_text(text + "\n")
+
+
+def runs(work: Path) -> list:
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("headstudy")
+    return client.search_runs([experiment.experiment_id]) if experiment else []
+
+
+def assert_no_run_running(work: Path) -> None:
+    assert not [run.info.run_name for run in runs(work) if run.info.status == "RUNNING"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """A folder with a text corpus and its prepared data (300-token BPE)."""
+    folder = tmp_path_factory.mktemp("guards")
+    write_corpus(folder / "corpus")
+    result = headstudy(folder, "prepare", *DATA)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+@pytest.fixture(scope="module")
+def trained(work) -> Path:
+    """One tiny model of 20 steps (the README's small budget), trained by hand into models/."""
+    result = headstudy(work, "train", *DATA, *TINY)
+    assert result.returncode == 0, result.stderr
+    return work / "models" / "h1-s0"
+
+
+@pytest.fixture(scope="module")
+def diverged(work) -> subprocess.CompletedProcess:
+    return headstudy(work, "train", *DATA, *TINY, "seed=7", "optimizer.lr=1000")
+
+
+def copy_prepared(work: Path, name: str) -> Path:
+    copy = work / name
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(work / "prepared", copy)
+    return copy
+
+
+# Silent wrong results
+
+@pytest.mark.slow
+def test_divergence_stops_training_naming_the_step_and_the_learning_rate(work, diverged):
+    line = assert_refused(diverged, "train", "training diverged", "at step", "optimizer.lr=1000")
+    assert "train/loss is nan" in line or "train/loss is inf" in line or "val/ppl is inf" in line
+    assert not (work / "models" / "h1-s7").exists()
+    assert not (work / "metrics" / "curves" / "h1-s7.csv").exists()
+    assert not list((work / "checkpoints").glob("h1-s7-*"))
+    [run] = [run for run in runs(work) if run.info.run_name == "h1-s7"]
+    assert run.info.status == "FAILED"
+    assert_no_run_running(work)
+    assert_nothing_half_written(work)
+
+
+@pytest.mark.slow
+def test_reproduce_refuses_a_failed_run(work, diverged):
+    [failed] = [run for run in runs(work) if run.info.run_name == "h1-s7"]
+    before = len(runs(work))
+    assert_refused(headstudy(work, "reproduce", failed.info.run_id), "reproduce", failed.info.run_id, "FAILED")
+    assert len(runs(work)) == before
+
+
+@pytest.mark.slow
+def test_evaluate_refuses_a_model_trained_with_other_settings(work, trained):
+    result = headstudy(work, "evaluate", *DATA, *TINY, "model.width=64", "paths.metrics=metrics-wide")
+    assert_refused(result, "evaluate", "models/h1-s0/config.yaml", "model.width (saved 32, requested 64)")
+    assert not (work / "metrics-wide").exists()
+
+    swapped = work / "swapped"
+    shutil.copytree(trained, swapped / "h1-s1")  # h1-s0's model under the name of seed 1
+    result = headstudy(work, "evaluate", *DATA, *TINY, "seed=1", f"paths.models={swapped}",
+                       "paths.metrics=metrics-swapped")
+    assert_refused(result, "evaluate", "swapped/h1-s1/config.yaml", "seed (saved 0, requested 1)")
+    assert not (work / "metrics-swapped").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_refuses_prepared_data_other_than_the_training_data(work, trained):
+    tampered = copy_prepared(work, "prepared-tampered")
+    test = np.load(tampered / "test.npy")
+    test[10] = test[11]  # still valid token ids: only the hash can tell
+    np.save(tampered / "test.npy", test)
+    result = headstudy(work, "evaluate", *DATA, *TINY, f"paths.prepared={tampered}",
+                       "paths.metrics=metrics-tampered")
+    assert_refused(result, "evaluate", f"{tampered}/test.npy", "models/h1-s0/run.json")
+    assert not (work / "metrics-tampered").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_writes_only_deterministic_metrics_and_logs_to_the_training_run(work, trained):
+    result = headstudy(work, "evaluate", *DATA, *TINY)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((work / "metrics" / "h1-s0.json").read_text())
+    assert set(metrics) == {"name", "variant", "heads", "seed", "params", "weights_sha256", "test_ppl",
+                            "test_nll", "test_tokens_predicted", "test_word_ppl"}
+    [run] = [run for run in runs(work) if run.data.tags.get("weights.sha256") == metrics["weights_sha256"]]
+    assert run.data.metrics["test/ppl"] == metrics["test_ppl"]
+    assert_nothing_half_written(work)
+
+
+@pytest.mark.slow
+def test_model_folder_holds_only_content_that_a_retrain_reproduces(work, trained):
+    record = json.loads((trained / "run.json").read_text())
+    assert set(record) == {"name", "variant", "heads", "seed", "params", "weights_sha256", "data_sha256", "data_files"}
+    assert set(record["data_files"]) == {"stats.json", "tokenizer.json", "train.npy", "valid.npy", "test.npy"}
+    first = {path.name: path.read_bytes() for path in trained.iterdir()}
+    result = headstudy(work, "train", *DATA, *TINY)  # the same model again, in the same place
+    assert result.returncode == 0, result.stderr
+    assert {path.name: path.read_bytes() for path in trained.iterdir()} == first
+    assert len([run for run in runs(work) if run.info.run_name == "h1-s0"]) == 2  # the runs live in MLflow
+
+
+@pytest.mark.slow
+def test_tiny_budgets_train(work):
+    for steps, every in ((1, 250), (3, 1)):
+        result = headstudy(work, "train", *DATA, "model=tiny", f"seed={10 + steps}",
+                           f"trainer.max_steps={steps}", f"trainer.val_every_steps={every}")
+        assert result.returncode == 0, result.stderr
+        assert (work / "models" / f"h1-s{10 + steps}" / "model.pt").is_file()
+    assert_nothing_half_written(work)
+
+
+def test_train_refuses_a_vocabulary_other_than_the_prepared_tokenizer(work):
+    before = len(runs(work))
+    result = headstudy(work, "train", *DATA, *TINY, "seed=30", "data.vocab_size=1024")
+    assert_refused(result, "train", "model.vocab_size=1024", "300 tokens", "data.vocab_size=300")
+    assert not (work / "models" / "h1-s30").exists()
+    assert len(runs(work)) == before
+
+
+def test_prepare_refuses_a_vocabulary_the_bpe_cannot_reach(work):
+    result = headstudy(work, "prepare", *DATA, "data.vocab_size=70000", "paths.prepared=prepared-big")
+    line = assert_refused(result, "prepare", "data.vocab_size=70000", "stops at")
+    reached = int(line.split("stops at ")[1].split()[0])
+    assert 300 <= reached < 70000
+    assert not list(work.glob("prepared-big*"))
+
+
+def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work):
+    project = tmp_path / "project"  # a project of its own: conf/ makes its folder the root
+    shutil.copytree(ROOT / "conf", project / "conf")
+    (project / "studies" / "budget").mkdir(parents=True)
+    env = {"HEADSTUDY_CONF": str(project / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
+    prepared = f"paths.prepared={work / 'prepared'}"
+    cases = [
+        (project, ["train", prepared], ["paths.models=models", "paths.metrics=metrics"]),
+        (project, ["evaluate", prepared], ["paths.metrics=metrics"]),
+        (project, ["prepare"], ["paths.prepared=data/prepared"]),
+        (project / "studies" / "budget", ["train", prepared], ["paths.models=models"]),
+    ]
+    for cwd, args, names in cases:
+        line = assert_refused(headstudy(cwd, *args, **env), args[0], *names, "dvc repro")
+        assert "pass paths." in line
+    assert sorted(path.name for path in project.iterdir()) == ["conf", "studies"]
+    assert not (tmp_path / "m.db").exists()
+
+    # Under DVC (which sets DVC_STAGE for every stage) the same command writes its output.
+    result = headstudy(project, "baselines", *DATA[:-1], prepared, DVC_STAGE="baselines", **env)
+    assert result.returncode == 0, result.stderr
+    assert (project / "metrics" / "baselines.json").is_file()
+
+
+# Crashes that must be clear errors
+
+def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "short.txt").write_text("ab\n" * 10)
+    data = ["data=textdir", "data.dir=corpus", "data.vocab_size=257", "paths.prepared=prepared",
+            "data.valid_fraction=0.1", "data.test_fraction=0.1"]
+    assert headstudy(tmp_path, "prepare", *data).returncode == 0
+    result = headstudy(tmp_path, "train", *data, *TINY)
+    assert_refused(result, "train", "prepared/train.npy holds", "model.context=32")
+    assert not (tmp_path / "models").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_prepare_refuses_a_binary_file_named_txt(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    (tmp_path / "corpus" / "b.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    result = headstudy(tmp_path, "prepare", *DATA)
+    assert_refused(result, "prepare", "corpus/b.txt is not UTF-8 text", "data.dir")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus"]
+
+
+def truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def pickled(path: Path) -> None:
+    np.save(path, np.array([{"ids": [1, 2, 3]}], dtype=object), allow_pickle=True)
+
+
+def not_npy(path: Path) -> None:
+    path.write_bytes(b"this is not a numpy file at all")
+
+
+def floats(path: Path) -> None:
+    np.save(path, np.load(path).astype(np.float32))
+
+
+def ids_out_of_range(path: Path) -> None:
+    tokens = np.load(path)
+    tokens[5] = 5000
+    np.save(path, tokens)
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (truncated, "is not a readable .npy token array"),
+    (pickled, "is not a readable .npy token array"),
+    (not_npy, "is not a readable .npy token array"),
+    (floats, "expected one row of integer token ids"),
+    (ids_out_of_range, "holds token id 5000, but the tokenizer has 300 tokens"),
+])
+def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected):
+    prepared = copy_prepared(work, f"prepared-{damage.__name__}")
+    damage(prepared / "train.npy")
+    result = headstudy(work, "baselines", *DATA, f"paths.prepared={prepared}",
+                       f"paths.metrics=metrics-{damage.__name__}")
+    assert_refused(result, "baselines", f"{prepared}/train.npy", expected)
+    assert not (work / f"metrics-{damage.__name__}").exists()
+
+
+def test_a_tracking_store_that_cannot_be_opened_is_one_line(work, tmp_path):
+    store = tmp_path / "not-a-store.db"
+    store.write_text("this is not an SQLite database\n")
+    uri = f"sqlite:///{store}"
+    result = headstudy(work, "train", *DATA, *TINY, "seed=40", MLFLOW_TRACKING_URI=uri)
+    assert_refused(result, "train", "cannot open the MLflow store", uri, "MLFLOW_TRACKING_URI")
+    assert len(result.stderr.strip().splitlines()) <= 3
+    assert not (work / "models" / "h1-s40").exists()
+
+
+def test_json_writer_refuses_non_finite_numbers(tmp_path):
+    path = tmp_path / "metrics.json"
+    with pytest.raises(ConfigError, match=r"metrics.json: refusing .*test_ppl=nan, rows.0.ppl=inf"):
+        write_json(path, {"test_ppl": math.nan, "rows": [{"ppl": math.inf}], "name": "h1-s0"})
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
+    """DVC itself expands an empty matrix list to no stages and a repeated value to one stage,
+    silently: the first stage that runs refuses the study."""
+    project = tmp_path / "study"
+    project.mkdir()
+    shutil.copy(ROOT / "dvc.yaml", project)
+    for folder in ("conf", "src"):
+        shutil.copytree(ROOT / folder, project / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=project, env=env, check=True)
+    for key, values, message in (
+        ("variants", [], "study.variants in params.yaml must be a non-empty list, got []"),
+        ("seeds", [0, 1, 0], "study.seeds in params.yaml lists 0 more than once"),
+    ):
+        study = {**params["study"], key: values}
+        (project / "params.yaml").write_text(yaml.safe_dump({**params, "study": study}))
+        result = subprocess.run(["dvc", "repro"], cwd=project, env=env, capture_output=True, text=True)
+        assert result.returncode != 0
+        assert f"headstudy prepare: error: {message}" in result.stderr + result.stdout
+        assert "Traceback" not in result.stderr + result.stdout
+        assert not (project / "data" / "prepared").exists()
