@@ -45,7 +45,7 @@ def baselines(config: DictConfig) -> dict:
             "test_word_ppl": float(np.exp(total / words)),
         }
         print(f"baselines: {name}: test perplexity {results[name]['test_ppl']:.2f}")
-    write_json(Path(config.paths.metrics) / "baselines.json", results)
+    write_json(Path(config.paths.baselines), results)
     return results
 
 

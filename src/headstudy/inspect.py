@@ -25,7 +25,7 @@ from headstudy.core.data import TOKENIZER_FILE, load_tokens, stream_batches
 from headstudy.core.files import write_atomically
 from headstudy.core.model import Decoder
 from headstudy.core.perplexity import perplexity, stream_nll
-from headstudy.core.trained import load_model
+from headstudy.core.trained import load_trained
 from headstudy.reporting import figures
 from headstudy.reporting.statistics import mean_ci95
 
@@ -196,7 +196,7 @@ def sentence_maps(model: Decoder, ids: list[int]) -> list[np.ndarray]:
         return [layer.captured_weights[0].numpy() for layer in layers]
 
 
-def inspect(config: DictConfig, study: dict) -> dict:
+def inspect(config: DictConfig, study: dict, overrides: list[str]) -> dict:
     torch.set_num_threads(config.threads)
     settings = config.inspect
     prepared = Path(config.paths.prepared)
@@ -208,7 +208,8 @@ def inspect(config: DictConfig, study: dict) -> dict:
     per_model, map_figures = [], []
     for variant in (str(v) for v in study["variants"]):
         for seed in study["seeds"]:
-            model = load_model(Path(config.paths.models) / f"h{variant}-s{seed}")
+            # Refused unless it is the model this variant and seed ask for, trained on this data.
+            model, _ = load_trained(compose_config([*overrides, f"variant={variant}", f"seed={seed}"]))
             intact = perplexity(*stream_nll(model, test, settings.batch_size))
             heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
             for row in heads:
@@ -243,7 +244,7 @@ def main(overrides: list[str]) -> None:
     config = compose_config(overrides)
     if not PARAMS_FILE.is_file():
         raise ConfigError(f"{PARAMS_FILE} not found: run inspect from the study's folder")
-    result = inspect(config, yaml.safe_load(PARAMS_FILE.read_text())["study"])
+    result = inspect(config, yaml.safe_load(PARAMS_FILE.read_text())["study"], overrides)
     head_scores = figures.head_scores(result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png")
     result["figures"]["head_scores"] = str(head_scores)
     write_atomically(Path(config.paths.reports) / "heads.json", json.dumps(result, indent=2) + "\n")
