@@ -17,6 +17,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig
 
+from headstudy.core import tracking
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.files import write_atomically
 from headstudy.reporting import figures
@@ -331,4 +332,8 @@ def main(overrides: list[str]) -> None:
     if not PARAMS_FILE.is_file():
         raise ConfigError(f"{PARAMS_FILE} not found: run the report from the study's folder")
     params = yaml.safe_load(PARAMS_FILE.read_text())
-    report(compose_config(overrides), params["study"], params["report"])
+    config = compose_config(overrides)
+    summary = report(config, params["study"], params["report"])
+    reports = Path(config.paths.reports)
+    tracking.log_study_report([reports / name for name in ("results.html", "results.md", "summary.json", "figures")],
+                              summary)

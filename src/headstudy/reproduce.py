@@ -44,7 +44,8 @@ def reproducible_run(run_id: str):
     if status != "FINISHED":
         raise ConfigError(f"run {run_id} is {status}: only a finished training run has the config "
                           "artifact and the weights to reproduce")
-    if "weights.sha256" not in run.data.tags or "paths.prepared" not in run.data.params:
+    recorded_data = "data.path" in run.data.tags or "paths.prepared" in run.data.params
+    if "weights.sha256" not in run.data.tags or not recorded_data:
         raise ConfigError(f"run {run_id} ({run.data.tags.get('mlflow.runName')}) is not a headstudy "
                           "training run: it records no weights.sha256 or config")
     return run
@@ -66,7 +67,8 @@ def reproduce(run_id: str) -> bool:
 
     tracking.check_store()
     run = reproducible_run(run_id)
-    check_prepared_data(run, Path(run.data.params["paths.prepared"]))
+    # Runs record their data folder as the tag data.path (older ones as the param paths.prepared).
+    check_prepared_data(run, Path(run.data.tags.get("data.path") or run.data.params["paths.prepared"]))
     with tempfile.TemporaryDirectory(prefix="headstudy-reproduce-") as scratch:
         scratch = Path(scratch)
         try:

@@ -1,4 +1,5 @@
-"""Stage `train`: one model for one (head count, seed), tracked as one MLflow run.
+"""Stage `train`: one model for one (head count, seed), tracked as one MLflow run, nested under
+the parent run of the study execution when DVC runs it.
 
 A kill midway loses at most one validation interval: the next `dvc repro` resumes from the
 last checkpoint under paths.checkpoints and continues the same MLflow run.
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import TQDMProgressBar
 from omegaconf import DictConfig
 
 from headstudy.core import tracking
@@ -21,8 +21,8 @@ from headstudy.core.data import TOKENIZER_FILE, check_training_data, sha256_file
 from headstudy.core.files import refuse_pipeline_outputs
 from headstudy.core.model import Decoder
 from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
-from headstudy.core.training import (LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule,
-                                     TrainingDiverged)
+from headstudy.core.training import (LanguageModelModule, ResumeCheckpoint, StepProgressBar, Throughput,
+                                     TokenDataModule, TrainingDiverged, quiet_routine_warnings)
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -41,6 +41,19 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     check_training_data(prepared, config.model.vocab_size, config.model.context)
     data = data_record(prepared)
     tracking.check_store()
+    # Only a stage that DVC runs belongs to a study execution; a manual or reproducing run stands alone.
+    study_run_id = tracking.open_study_run() if tracking.in_pipeline() else None
+    try:
+        return train_model(config, overrides, extra_tags or {}, data, study_run_id)
+    finally:
+        if study_run_id:
+            tracking.leave_study_run(study_run_id)
+
+
+def train_model(config: DictConfig, overrides: list[str], extra_tags: dict, data: dict,
+                study_run_id: str | None) -> dict:
+    quiet_routine_warnings()
+    prepared = Path(config.paths.prepared)
     torch.set_num_threads(config.threads)
     L.seed_everything(config.seed, workers=True)
     name = run_name(config)
@@ -61,7 +74,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
         config.seed,
         config.trainer.val_every_steps,
     )
-    logger = tracking.training_logger(previous_run_id if resuming else None, name)
+    logger = tracking.training_logger(previous_run_id if resuming else None, name, study_run_id)
     run_id = logger.run_id
     resume_dir.mkdir(parents=True, exist_ok=True)
     run_id_file.write_text(run_id)
@@ -72,18 +85,22 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
             {
                 "stage": os.environ.get("DVC_STAGE", "manual"),
                 "overrides": " ".join(overrides),
+                "data.path": str(config.paths.prepared),
                 "data.sha256": data["data_sha256"],
                 "data.dvc_md5": dvc_locked_md5(prepared),
                 "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
-                **(extra_tags or {}),
+                **extra_tags,
             },
             resume_dir,
         )
+        tracking.log_dataset(run_id, prepared, f"{config.data.corpus}-prepared", data["data_sha256"])
     else:
         print(f"train: resuming {name} from {resume_checkpoint} (MLflow run {run_id})")
 
     throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, logger, [ResumeCheckpoint(resume_checkpoint), throughput])
+    trainer = build_trainer(
+        config, logger, [ResumeCheckpoint(resume_checkpoint), throughput, StepProgressBar(throughput)]
+    )
     module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
@@ -94,14 +111,17 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     record = training_record(config, model, data)
     write_model(model_dir(config), model, config, record)
     write_curve(config, tracking.metric_history(run_id, "val/ppl"))
-    tracking.log_metrics(
-        run_id,
-        {"params": record["params"], "train/tokens_per_sec": throughput.tokens_per_sec},
-        step=trainer.global_step,
-    )
-    tracking.set_tags(run_id, {"weights.sha256": record["weights_sha256"]})
-    for artifact in (CONFIG_FILE, MODEL_FILE):
-        tracking.log_artifact(run_id, model_dir(config) / artifact)
+    if trainer.is_global_zero:
+        tracking.log_metrics(
+            run_id,
+            # Not `params`: in MLflow that word means the run's settings.
+            {"model/parameter_count": record["params"], "train/tokens_per_sec": throughput.tokens_per_sec},
+            step=trainer.global_step,
+        )
+        tracking.set_tags(run_id, {"weights.sha256": record["weights_sha256"]})
+        for artifact in (CONFIG_FILE, MODEL_FILE):
+            tracking.log_artifact(run_id, model_dir(config) / artifact)
+        tracking.log_model(run_id, model, name, config.model.context, config.model.vocab_size, trainer.global_step)
     shutil.rmtree(resume_dir)
     print(f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
     return {**record, "mlflow_run_id": run_id, "tokens_per_sec": throughput.tokens_per_sec}
@@ -114,13 +134,19 @@ def build_trainer(config: DictConfig, logger, callbacks: list[L.Callback]) -> L.
         max_steps=config.trainer.max_steps,
         max_epochs=-1,
         logger=logger,
-        callbacks=[*callbacks, TQDMProgressBar(refresh_rate=10)],
+        callbacks=callbacks,
         deterministic=config.trainer.deterministic,
-        log_every_n_steps=config.trainer.log_every_steps,
+        log_every_n_steps=loss_logging_interval(config.trainer),
         num_sanity_val_steps=0,
         enable_checkpointing=False,
         enable_model_summary=False,
     )
+
+
+def loss_logging_interval(trainer: DictConfig) -> int:
+    """Steps between two `train/loss` points: trainer.loss_points over the run, and never more
+    than a validation interval (Lightning's epoch here: it warns about an epoch that logs nothing)."""
+    return max(1, min(trainer.max_steps // trainer.loss_points, trainer.val_every_steps))
 
 
 def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:

@@ -180,7 +180,7 @@ INTEGER_MINIMUMS = {
     "data.batch_size": 1,
     "trainer.max_steps": 1,
     "trainer.val_every_steps": 1,
-    "trainer.log_every_steps": 1,
+    "trainer.loss_points": 1,
 }
 
 

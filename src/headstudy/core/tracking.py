@@ -1,19 +1,35 @@
 """Everything MLflow: one SQLite store at the project root (mlflow.db) unless
-MLFLOW_TRACKING_URI says otherwise. Nothing else in headstudy imports mlflow."""
+MLFLOW_TRACKING_URI says otherwise. Nothing else in headstudy imports mlflow.
+
+One experiment, `headstudy`. Each execution of a study (a `dvc repro` or a `dvc exp run`) is
+one parent run; the model runs it trains are nested beneath it, and the report stage logs the
+report and the comparison metrics to it, then closes it.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
+import math
 import os
 import platform
 import subprocess
+import tempfile
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import torch
-from mlflow.entities import Metric, Param, RunStatus, RunTag
+import yaml
+from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
 # Progress bars for small artifacts only clutter the terminal and the one-line errors.
@@ -21,7 +37,42 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 EXPERIMENT = "headstudy"
 DEFAULT_STORE = "mlflow.db"
+# Written by the pipeline itself: a change there is a result, not a change of code or params.
 PIPELINE_RESULTS = ("dvc.lock", "metrics", "reports")
+PARAMS_FILE = "params.yaml"
+# Config groups that shape later stages, not a training: kept out of a training run's params.
+NOT_TRAINING = ("paths", "baselines", "inspect")
+
+EXPERIMENT_TAGS = {
+    # MLflow 3's kind for classic model training (the UI's "Machine learning"), as the UI's own
+    # experiment-type selector writes it. The 3.17 UI opens the view that its sidebar switch or
+    # the URL's workflowType picks, so ui_url() asks for that view too.
+    "mlflow.experimentKind": "custom_model_development",
+    MLFLOW_RUN_NOTE: (
+        "Does attention with four heads beat one head at the same width, and by how much?\n\n"
+        "Each execution of a study (`dvc repro` or `dvc exp run`) is a parent run named "
+        "`study ...`: it holds the report (results.html, results.md, figures, summary.json) and "
+        "the comparison metrics (difference and relative change of test perplexity, with 95% "
+        "CIs). The model runs it trained (`h{variant}-s{seed}`) are nested beneath it, with "
+        "`train/loss` and `val/ppl` curves, `test/ppl`, the prepared data as their dataset and "
+        "the trained model."
+    ),
+}
+UI_ADDRESS = "http://127.0.0.1:5000"
+# A saved view of the runs table (the UI's "Views"), stored as an experiment tag the way the UI
+# stores one, that ui_url() opens: the columns a reader of this study looks for.
+RESULTS_VIEW = "results"
+RESULTS_COLUMNS = [
+    # Not the wide Dataset column, which would push the metrics out of sight.
+    "attributes.`Models`",
+    "metrics.`test/ppl`", "metrics.`val/ppl`", "metrics.`train/loss`", "metrics.`model/parameter_count`",
+    "params.`variant`", "params.`seed`", "params.`trainer.max_steps`",
+]
+
+# Tags of a study's parent run: which execution of which study it is, and whether its report
+# is still to come.
+STUDY_KEY = "study.key"
+STUDY_STATE = "study.state"
 
 
 def tracking_uri() -> str:
@@ -39,6 +90,7 @@ def experiment_id() -> str:
     mlflow_client = client()
     experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
     if experiment is not None:
+        describe_experiment(mlflow_client, experiment)
         return experiment.experiment_id
     artifact_location = None
     if "MLFLOW_TRACKING_URI" not in os.environ:
@@ -46,11 +98,47 @@ def experiment_id() -> str:
         from headstudy.core.config import project_root
 
         artifact_location = (project_root() / "mlartifacts").as_uri()
-    return mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
+    created = mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
+    save_results_view(created, [])
+    return created
 
 
-def flatten(config: DictConfig) -> dict[str, str]:
-    """The resolved config as `model.n_heads`-style keys."""
+def describe_experiment(mlflow_client: MlflowClient, experiment) -> None:
+    """Give a store made before these tags existed its kind, description and results view."""
+    for key, value in EXPERIMENT_TAGS.items():
+        if experiment.tags.get(key) != value:
+            mlflow_client.set_experiment_tag(experiment.experiment_id, key, value)
+    if VIEW_TAG_PREFIX + RESULTS_VIEW not in experiment.tags:
+        save_results_view(experiment.experiment_id, [])
+
+
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+
+
+def save_results_view(experiment: str, extra_metrics: list[str]) -> None:
+    """The runs table with RESULTS_COLUMNS and extra_metrics (a study's comparisons), newest
+    first, saved in the envelope the 3.17 UI writes for a saved view."""
+    now = int(time.time() * 1000)
+    columns = RESULTS_COLUMNS + [f"metrics.`{key}`" for key in extra_metrics]
+    state = {"selectedColumns": columns, "orderByKey": "attributes.start_time", "orderByAsc": False}
+    envelope = {"name": "headstudy results", "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+    client().set_experiment_tag(experiment, VIEW_TAG_PREFIX + RESULTS_VIEW, json.dumps(envelope))
+
+
+def ui_url(run_id: str | None = None) -> str:
+    """Where `mlflow ui` shows the experiment's runs, or one run, in the model-training view.
+    MLflow 3.17's UI opens the GenAI view unless the URL (or its sidebar switch) says otherwise."""
+    experiment = experiment_id()
+    if run_id:
+        return f"{UI_ADDRESS}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
+    return (f"{UI_ADDRESS}/#/experiments/{experiment}/runs"
+            f"?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}")
+
+
+def flatten(tree) -> dict[str, str]:
+    """A config, or any nested dict, as `model.n_heads`-style keys."""
+    if isinstance(tree, DictConfig):
+        tree = OmegaConf.to_container(tree, resolve=True)
     flat: dict[str, str] = {}
 
     def walk(node, prefix: str) -> None:
@@ -60,20 +148,64 @@ def flatten(config: DictConfig) -> dict[str, str]:
         else:
             flat[prefix[:-1]] = str(node)
 
-    walk(OmegaConf.to_container(config, resolve=True), "")
+    walk(tree, "")
     return flat
 
 
-def git_state() -> dict[str, str]:
-    def git(*args: str) -> str:
-        result = subprocess.run(["git", *args], capture_output=True, text=True)
-        return result.stdout if result.returncode == 0 else ""
+def training_params(config: DictConfig) -> dict[str, str]:
+    """The settings that shape a training run, as its MLflow params."""
+    return {key: value for key, value in flatten(config).items() if key.split(".")[0] not in NOT_TRAINING}
 
-    commit = git("rev-parse", "HEAD").strip() or "unknown"
-    # The pipeline itself rewrites dvc.lock, metrics/ and reports/: they don't make a run dirty.
-    diff = git("diff", "HEAD", "--", ".", *(f":(exclude){path}" for path in PIPELINE_RESULTS))
-    diff = diff if commit != "unknown" else ""
-    return {"commit": commit, "dirty": "true" if diff else "false", "diff": diff}
+
+def git(*args: str, index: str | None = None) -> str:
+    env = None if index is None else {**os.environ, "GIT_INDEX_FILE": index}
+    result = subprocess.run(["git", *args], capture_output=True, text=True, env=env)
+    return result.stdout if result.returncode == 0 else ""
+
+
+def git_state() -> dict[str, str]:
+    """The commit, and what differs from it anywhere in the repository: code and conf (`dirty`:
+    the diff, and files in src/ or conf/ that git does not track yet) apart from params.yaml
+    files (`params_changed`), whose values a run records as params anyway. The pipeline's own
+    results, and the .gitignore entries DVC adds for new outputs, never count."""
+    from headstudy.core.config import conf_dir, project_root
+
+    commit = git("rev-parse", "HEAD").strip()
+    if not commit:
+        return {"commit": "unknown", "dirty": "unknown", "params_changed": "unknown",
+                "diff": "", "untracked": "", "params_diff": ""}
+    params = f":(top,glob)**/{PARAMS_FILE}"
+    not_code = (PARAMS_FILE, ".gitignore", "dvc.lock", "metrics/**", "reports/**")
+    code = [":(top)", *(f":(top,glob,exclude)**/{path}" for path in not_code)]
+    # Against a fresh index of HEAD, not the repository's own: under `dvc exp run` that one can
+    # say unchanged for a file DVC has just rewritten (params.yaml after `-S`).
+    with tempfile.TemporaryDirectory(prefix="headstudy-git-") as scratch:
+        index = str(Path(scratch) / "index")
+        git("read-tree", "HEAD", index=index)
+        diff = git("diff", "--", *code, index=index)
+        untracked = git("ls-files", "--others", "--exclude-standard", "--full-name", "--",
+                        str(conf_dir()), str(project_root() / "src"), index=index)
+        params_diff = git("diff", "--", params, index=index)
+        new_params = git("ls-files", "--others", "--exclude-standard", "--", params, index=index)
+    return {
+        "commit": commit,
+        "dirty": str(bool(diff or untracked)).lower(),
+        "params_changed": str(bool(params_diff or new_params)).lower(),
+        "diff": diff,
+        "untracked": untracked,
+        "params_diff": params_diff,
+    }
+
+
+def dvc_experiment() -> dict[str, str]:
+    """The DVC experiment this command runs in, as `dvc exp run` tells its stages."""
+    variables = {"dvc.exp_name": "DVC_EXP_NAME", "dvc.exp_baseline_rev": "DVC_EXP_BASELINE_REV"}
+    return {tag: os.environ[name] for tag, name in variables.items() if os.environ.get(name)}
+
+
+def in_pipeline() -> bool:
+    """Run as a stage by `dvc repro` or `dvc exp run` (DVC sets DVC_STAGE), not by hand."""
+    return "DVC_STAGE" in os.environ
 
 
 def cpu_model() -> str:
@@ -105,16 +237,23 @@ def installed_packages() -> str:
     return "\n".join(sorted(lines, key=str.lower)) + "\n"
 
 
-def training_logger(run_id: str | None, run_name: str):
-    """Lightning's MLflow logger on our store; with run_id it continues that run."""
+def training_logger(run_id: str | None, run_name: str, parent_run_id: str | None = None):
+    """Lightning's MLflow logger on our store; with run_id it continues that run, otherwise it
+    starts one nested under parent_run_id."""
     from lightning.pytorch.loggers import MLFlowLogger
 
+    class TrainingLogger(MLFlowLogger):
+        def log_metrics(self, metrics, step=None):
+            # Lightning adds `epoch`, which here counts validation intervals: noise in the run.
+            super().log_metrics({key: value for key, value in metrics.items() if key != "epoch"}, step)
+
     experiment_id()  # create the store and experiment once, before the logger looks for them
-    return MLFlowLogger(
+    return TrainingLogger(
         experiment_name=EXPERIMENT,
         run_name=run_name,
         tracking_uri=tracking_uri(),
         run_id=run_id,
+        tags={MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else None,
     )
 
 
@@ -122,18 +261,221 @@ def record_provenance(run_id: str, config: DictConfig, tags: dict[str, str], wor
     """Params, tags and artifacts that say exactly what this run was and where it ran."""
     mlflow_client = client()
     git = git_state()
-    all_tags = {"git.commit": git["commit"], "git.dirty": git["dirty"], **environment(), **tags}
+    all_tags = {
+        "git.commit": git["commit"],
+        "git.dirty": git["dirty"],
+        "git.params_changed": git["params_changed"],
+        **dvc_experiment(),
+        **environment(),
+        **tags,
+    }
     mlflow_client.log_batch(
         run_id,
-        params=[Param(key, value) for key, value in flatten(config).items()],
+        params=[Param(key, value) for key, value in training_params(config).items()],
         tags=[RunTag(key, value) for key, value in all_tags.items()],
     )
     work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / "requirements-frozen.txt").write_text(installed_packages())
-    mlflow_client.log_artifact(run_id, str(work_dir / "requirements-frozen.txt"), "provenance")
-    if git["diff"]:
-        (work_dir / "git.diff").write_text(git["diff"])
-        mlflow_client.log_artifact(run_id, str(work_dir / "git.diff"), "provenance")
+    files = {
+        "requirements-frozen.txt": installed_packages(),
+        # .patch and .txt names: the UI previews them.
+        "git.patch": git["diff"],
+        "git-untracked.txt": git["untracked"],
+        "params.patch": git["params_diff"],
+    }
+    for name, text in files.items():
+        if text:
+            (work_dir / name).write_text(text)
+            mlflow_client.log_artifact(run_id, str(work_dir / name), "provenance")
+
+
+def log_dataset(run_id: str, prepared: Path, name: str, digest: str) -> None:
+    """The prepared token ids as the run's training input (the UI's Dataset column): every
+    split's shape and dtype, where they lie, and their digest."""
+    from headstudy.core.data import SPLITS, load_tokens
+
+    splits = {split: load_tokens(prepared, split) for split in SPLITS}
+    with warnings.catch_warnings():
+        # MLflow registers its local-file source twice (paths and file: URIs) and warns that a
+        # local path matches both.
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+        dataset = mlflow.data.from_numpy(splits, source=str(Path(prepared).resolve()), name=name, digest=digest[:16])
+    context = InputTag(key=MLFLOW_DATASET_CONTEXT, value="training")
+    client().log_inputs(run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
+
+
+@contextmanager
+def active_run(run_id: str) -> Iterator[None]:
+    """run_id as MLflow's active run, for the APIs that log only there (log_model). The run ends
+    FINISHED, and this process's tracking URI is left as it was."""
+    previous = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(tracking_uri())
+    try:
+        with mlflow.start_run(run_id=run_id):
+            yield
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, vocab_size: int, step: int) -> str:
+    """The trained model as an MLflow model, saved by torch.export (weights and graph, no headstudy
+    code needed to load it): `mlflow.pytorch.load_model(uri)` gives a module that maps token ids
+    (batch, length <= context) to next-token logits (batch, length, vocab). Returns its URI."""
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.int64), (-1, -1), "tokens")]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, -1, vocab_size), "logits")]),
+    )
+    # Batch and length both above 1, so that the export keeps both dimensions free.
+    example = np.zeros((2, context), dtype=np.int64)
+    was_training = model.training
+    model.eval()
+    try:
+        with active_run(run_id):
+            info = mlflow.pytorch.log_model(
+                model, name=name, signature=signature, input_example=example,
+                serialization_format="pt2", step=step,
+                # Loading the exported graph needs torch alone; no slow inference of requirements.
+                pip_requirements=[f"torch=={torch.__version__}"],
+                # MLflow's serving check feeds the example as a list, which the pytorch flavour
+                # refuses; the signature already says what the model takes.
+                validate_serving_input=False,
+            )
+    finally:
+        model.train(was_training)
+    set_tags(run_id, {"model.uri": info.model_uri})
+    return info.model_uri
+
+
+@contextmanager
+def file_lock(name: str) -> Iterator[None]:
+    """An exclusive lock among this machine's processes that share the tracking store."""
+    store = hashlib.sha256(tracking_uri().encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"headstudy-{store}-{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def study_identity() -> dict[str, str]:
+    """What tells one execution of a study from another: the study's folder (where DVC runs its
+    stages) and params.yaml, the commit, and the DVC experiment under `dvc exp run`. Every stage
+    of one execution finds the same."""
+    folder = Path.cwd().resolve()
+    params = folder / PARAMS_FILE
+    return {
+        "study.folder": str(folder),
+        "study.params_sha256": hashlib.sha256(params.read_bytes()).hexdigest() if params.is_file() else "none",
+        "git.commit": git("rev-parse", "HEAD").strip() or "unknown",
+        **{key: value for key, value in dvc_experiment().items() if key == "dvc.exp_name"},
+    }
+
+
+def study_run_name(identity: dict[str, str]) -> str:
+    folder = git("rev-parse", "--show-prefix").strip().rstrip("/")
+    parts = ["study", identity.get("dvc.exp_name", ""), folder, f"@{identity['git.commit'][:7]}"]
+    return " ".join(part for part in parts if part)
+
+
+def open_study_run() -> str:
+    """The parent run of this study execution, RUNNING: the open one with this execution's
+    identity, or a new one. Under a file lock, so that stages running in parallel agree."""
+    identity = study_identity()
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    experiment = experiment_id()
+    mlflow_client = client()
+    with file_lock(f"study-{key}"):
+        found = mlflow_client.search_runs(
+            [experiment],
+            filter_string=f"tags.`{STUDY_KEY}` = '{key}' and tags.`{STUDY_STATE}` = 'open'",
+            max_results=1,
+            order_by=["attributes.start_time DESC"],
+        )
+        if found:
+            run_id = found[0].info.run_id
+            if found[0].info.status != RunStatus.to_string(RunStatus.RUNNING):
+                mlflow_client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            return run_id
+        git = git_state()
+        tags = {
+            STUDY_KEY: key,
+            STUDY_STATE: "open",
+            **identity,
+            **dvc_experiment(),
+            "git.dirty": git["dirty"],
+            "git.params_changed": git["params_changed"],
+            MLFLOW_RUN_NOTE: (
+                f"One execution of the study in {identity['study.folder']}: the model runs it "
+                "trained are nested beneath; the report stage logs the report and the comparison "
+                "metrics here and closes it (tag study.state)."
+            ),
+        }
+        run = mlflow_client.create_run(experiment, tags=tags, run_name=study_run_name(identity))
+        params = Path(PARAMS_FILE)
+        if params.is_file():
+            study_params = flatten(yaml.safe_load(params.read_text()) or {})
+            mlflow_client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in study_params.items()])
+        return run.info.run_id
+
+
+def leave_study_run(run_id: str) -> None:
+    """Nothing of the study runs now: the parent is FINISHED until the next stage reopens it."""
+    client().set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+
+
+def numeric_leaves(tree: dict) -> dict[str, float]:
+    """Every finite number in nested dicts as a metric named by its path (`compare/4_vs_1/
+    relative`). A pair under a key ending in `ci95` gives `.../low` and `.../high`; other lists
+    (seeds), booleans and text are left out."""
+    found: dict[str, float] = {}
+
+    def walk(node, name: str) -> None:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                walk(child, f"{name}/{key}" if name else str(key))
+        elif isinstance(node, list) and len(node) == 2 and name.endswith("ci95"):
+            walk(node[0], f"{name}/low")
+            walk(node[1], f"{name}/high")
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node):
+            found[name] = float(node)
+
+    walk(tree, "")
+    return found
+
+
+def report_metrics(summary: dict) -> dict[str, float]:
+    """What a study run shows of the report (summary.json): each variant's mean test perplexity,
+    `test_ppl_mean/VARIANT`; each comparison of B against A, `compare/B_vs_A/...` (relative,
+    diff_mean, log_ratio, each with its `_ci95/low` and `/high`; negative means B is better);
+    and the matched control's log-ratio shares, `matched_control/...`."""
+    tree = {
+        "test_ppl_mean": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
+        "compare": {f"{c['variant_b']}_vs_{c['variant_a']}": c for c in summary.get("comparisons", [])},
+        "matched_control": summary.get("matched_control") or {},
+    }
+    return numeric_leaves(tree)
+
+
+def log_study_report(artifacts: list[Path], summary: dict) -> str:
+    """The report's files (a folder keeps its name) and its numbers (report_metrics) on this
+    study execution's parent run; then close that run."""
+    run_id = open_study_run()
+    mlflow_client = client()
+    metrics = report_metrics(summary)
+    log_metrics(run_id, metrics)
+    for path in map(Path, artifacts):
+        if path.is_dir():
+            mlflow_client.log_artifacts(run_id, str(path), path.name)
+        else:
+            mlflow_client.log_artifact(run_id, str(path))
+    mlflow_client.set_tag(run_id, STUDY_STATE, "closed")
+    leave_study_run(run_id)
+    save_results_view(experiment_id(), sorted(key for key in metrics if key.endswith("/relative")))
+    print(f"report: logged to the study's MLflow run {run_id}; `mlflow ui`, then {ui_url()}")
+    return run_id
 
 
 def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:

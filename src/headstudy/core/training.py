@@ -3,15 +3,20 @@ callbacks that make a run resumable and measured."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -110,7 +115,8 @@ class LanguageModelModule(L.LightningModule):
         if not math.isfinite(ppl):
             self.diverged("val/ppl", ppl, step=self.global_step)
         self.log("val/ppl", ppl, prog_bar=True, logger=False)
-        if self.logger is not None:  # at the number of steps trained, which self.log does not use
+        # At the number of steps trained, which self.log does not use; only rank 0 talks to MLflow.
+        if self.logger is not None and self.trainer.is_global_zero:
             self.logger.log_metrics({"val/ppl": ppl}, step=self.global_step)
 
     def diverged(self, key: str, value: float, step: int) -> None:
@@ -184,6 +190,68 @@ class Throughput(L.Callback):
         self.paused += time.perf_counter() - self.validation_started
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self.tokens_per_sec = self.rate(trainer)
+
+    def rate(self, trainer) -> float:
+        """Tokens per second from the start of training to now, validation left out."""
         elapsed = time.perf_counter() - self.started - self.paused
         steps = trainer.global_step - self.first_step
-        self.tokens_per_sec = steps * self.tokens_per_step / elapsed if elapsed > 0 else float("nan")
+        return steps * self.tokens_per_step / elapsed if elapsed > 0 else float("nan")
+
+
+class StepProgressBar(TQDMProgressBar):
+    """One bar for the whole run: the global step out of trainer.max_steps (a resumed run starts
+    where it stopped), the latest loss and validation perplexity, and tokens/s. Lightning's
+    default counts epochs, which here are only validation intervals."""
+
+    def __init__(self, throughput: Throughput, refresh_rate: int = 10):
+        super().__init__(refresh_rate=refresh_rate)
+        self.throughput = throughput
+
+    def init_train_tqdm(self) -> Tqdm:
+        return Tqdm(
+            desc="Training", unit="step", total=self.trainer.max_steps, initial=self.trainer.global_step,
+            position=2 * self.process_position, disable=self.is_disabled, leave=True, dynamic_ncols=True,
+            file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT,
+        )
+
+    def on_train_epoch_start(self, trainer, *_) -> None:
+        pass  # one bar for the run: nothing restarts at an epoch
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        super().on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+        self.val_progress_bar.set_description("Validation")  # not "Validation DataLoader 0"
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self._should_update(step, trainer.max_steps) and not self.train_progress_bar.disable:
+            self.train_progress_bar.n = step
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = dict(trainer.progress_bar_metrics)
+        tokens_per_sec = self.throughput.rate(trainer)
+        if math.isfinite(tokens_per_sec):
+            metrics["tokens/s"] = f"{tokens_per_sec:,.0f}"
+        return metrics
+
+
+class DropMessages(logging.Filter):
+    def __init__(self, *prefixes: str):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefixes)
+
+
+def quiet_routine_warnings() -> None:
+    """Silence what every training would print and nothing in it concerns a user of this study:
+    Lightning's advert for its cloud logger, and a deprecation inside Lightning's own use of torch.
+    Warnings about our settings or data stay."""
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(existing, DropMessages) for existing in rank_zero.filters):
+        rank_zero.addFilter(DropMessages("💡 Tip: For seamless cloud logging"))
+    # lightning/pytorch/utilities/_pytree.py on torch >= 2.10: Lightning's code, not ours.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
