@@ -1,0 +1,264 @@
+"""What MLflow shows of a study, read back the way the UI reads it: through the REST API of a
+real `mlflow server` on the study's SQLite store. A tiny study (one model, 30 steps, a small
+text corpus) runs as `dvc exp run` with a params change; the report's tracking then runs as the
+report stage would."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT
+from headstudy.core import tracking
+from headstudy.core.trained import load_model
+from headstudy.reporting.statistics import paired_difference
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT_NAME = "tiny-exp"
+WORDS = "the cat sat on a mat dog ran after bird sang wet street animal crossed at night".split()
+
+
+def command(project: Path, *args: str) -> str:
+    env = {key: value for key, value in os.environ.items() if key not in ("MLFLOW_TRACKING_URI", "HEADSTUDY_CONF")}
+    env.update(DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    result = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def tiny_project(project: Path) -> None:
+    for item in ("dvc.yaml", "conf", "src", ".gitignore"):
+        source = ROOT / item
+        if source.is_dir():
+            shutil.copytree(source, project / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, project / item)
+    textdir = project / "conf/data/textdir.yaml"
+    textdir.write_text(textdir.read_text().replace("vocab_size: 1024", "vocab_size: 300"))
+    rng = random.Random(0)
+    (project / "corpus").mkdir()
+    lines = (" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))) for _ in range(1500))
+    (project / "corpus/a.txt").write_text("\n".join(lines) + "\n")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params.update(study={"variants": [1], "seeds": [0]}, data={"corpus": "textdir"}, model={"preset": "tiny"},
+                  trainer={"max_steps": 25, "val_every_steps": 10})
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    command(project, "git", "init", "-q")
+    command(project, "dvc", "init", "-q")
+    command(project, "git", "add", "-A")
+    command(project, "git", "commit", "-qm", "tiny study")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Rest:
+    def __init__(self, url: str):
+        self.url = url
+
+    def get(self, path: str, **query) -> dict:
+        with urllib.request.urlopen(f"{self.url}{path}?{urllib.parse.urlencode(query)}", timeout=30) as reply:
+            return json.load(reply)
+
+    def post(self, path: str, body: dict) -> dict:
+        request = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return json.load(reply)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The tiny study after `dvc exp run -S trainer.max_steps=30` and the report's tracking
+    call, its store served by `mlflow server`; yields (project, REST client, server URL)."""
+    project = tmp_path_factory.mktemp("tracked")
+    tiny_project(project)
+    command(project, "dvc", "exp", "run", "-n", EXPERIMENT_NAME, "-S", "trainer.max_steps=30", "evaluate@1-0")
+
+    evaluated = json.loads((project / "metrics/h1-s0.json").read_text())
+    (project / "reports").mkdir()
+    (project / "reports/results.html").write_text("<html><body>tiny study</body></html>\n")
+    summary = {
+        "rows": [{"variant": "1", "test_ppl_mean": evaluated["test_ppl"]}],
+        # A comparison over two seeds, as the report computes one.
+        "comparisons": [{"variant_a": "1", "variant_b": "4",
+                         **paired_difference({0: 40.0, 1: 42.0}, {0: 30.0, 1: 33.0}, "1 head", "4 heads")}],
+    }
+    (project / "reports/summary.json").write_text(json.dumps(summary))
+    with pytest.MonkeyPatch.context() as patch:  # as DVC runs the report stage of this experiment
+        patch.chdir(project)
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        patch.delenv("HEADSTUDY_CONF", raising=False)
+        patch.setenv("DVC_EXP_NAME", EXPERIMENT_NAME)
+        tracking.log_study_report([project / "reports/results.html", project / "reports/summary.json"], summary)
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{project / 'mlflow.db'}",
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, "mlflow server exited"
+                assert time.monotonic() < deadline, "mlflow server did not answer within 120 s"
+                time.sleep(0.5)
+        yield project, Rest(url), url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def tags(entity: dict) -> dict[str, str]:
+    return {tag["key"]: tag["value"] for tag in entity.get("tags", [])}
+
+
+def runs_by_name(rest: Rest, experiment_id: str) -> dict[str, dict]:
+    found = rest.post("/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment_id]})["runs"]
+    return {run["info"]["run_name"]: run for run in found}
+
+
+def experiment(rest: Rest) -> dict:
+    return rest.get("/api/2.0/mlflow/experiments/get-by-name", experiment_name="headstudy")["experiment"]
+
+
+def test_experiment_is_a_model_training_experiment_that_says_what_it_asks(study):
+    _, rest, _ = study
+    found = tags(experiment(rest))
+    assert found["mlflow.experimentKind"] == "custom_model_development"
+    assert "four heads beat one head" in found["mlflow.note.content"]
+    view = json.loads(json.loads(found["mlflow.sharedViewState.results"])["state"])
+    assert "metrics.`test/ppl`" in view["selectedColumns"]
+    assert "metrics.`compare/4_vs_1/relative`" in view["selectedColumns"]
+
+
+def test_model_run_is_nested_under_the_study_run_of_its_dvc_experiment(study):
+    _, rest, _ = study
+    runs = runs_by_name(rest, experiment(rest)["experiment_id"])
+    assert set(runs) == {"h1-s0", f"study {EXPERIMENT_NAME} @" + tags(runs["h1-s0"]["data"])["git.commit"][:7]}
+    [parent] = [run for name, run in runs.items() if name.startswith("study")]
+    child = runs["h1-s0"]
+    assert tags(child["data"])["mlflow.parentRunId"] == parent["info"]["run_id"]
+    assert tags(child["data"])["dvc.exp_name"] == tags(parent["data"])["dvc.exp_name"] == EXPERIMENT_NAME
+    assert tags(child["data"])["stage"] == "train@1-0"
+    assert {run["info"]["status"] for run in runs.values()} == {"FINISHED"}
+
+
+def test_editing_params_alone_leaves_the_tree_clean(study):
+    _, rest, _ = study
+    child = runs_by_name(rest, experiment(rest)["experiment_id"])["h1-s0"]
+    assert tags(child["data"])["git.dirty"] == "false"
+    assert tags(child["data"])["git.params_changed"] == "true"  # dvc exp run -S edited params.yaml
+
+
+def test_training_run_holds_a_loss_curve_test_perplexity_and_only_training_params(study):
+    project, rest, _ = study
+    child = runs_by_name(rest, experiment(rest)["experiment_id"])["h1-s0"]
+    evaluated = json.loads((project / "metrics/h1-s0.json").read_text())
+    metrics = {metric["key"]: metric["value"] for metric in child["data"]["metrics"]}
+    assert metrics["test/ppl"] == evaluated["test_ppl"]
+    assert metrics["model/parameter_count"] == evaluated["params"]
+    assert {"train/loss", "val/ppl", "train/tokens_per_sec"} <= set(metrics)
+    assert not {"params", "epoch"} & set(metrics)
+    history = rest.get("/api/2.0/mlflow/metrics/get-history", run_id=child["info"]["run_id"], metric_key="train/loss")
+    assert len({point["step"] for point in history["metrics"]}) >= 20
+    params = {param["key"]: param["value"] for param in child["data"]["params"]}
+    assert params["model.n_heads"] == "1" and params["trainer.max_steps"] == "30"
+    assert not [key for key in params if key.split(".")[0] in ("paths", "inspect", "baselines")]
+
+
+def test_training_run_has_the_prepared_data_as_its_dataset(study):
+    _, rest, _ = study
+    child = runs_by_name(rest, experiment(rest)["experiment_id"])["h1-s0"]
+    [used] = child["inputs"]["dataset_inputs"]
+    assert used["dataset"]["name"] == "textdir-prepared"
+    assert used["dataset"]["digest"] == tags(child["data"])["data.sha256"][:16]
+    assert tags(used) == {"mlflow.data.context": "training"}
+
+
+def test_logged_model_loads_and_computes_what_the_trained_model_computes(study, monkeypatch):
+    project, rest, url = study
+    child = runs_by_name(rest, experiment(rest)["experiment_id"])["h1-s0"]
+    [output] = child["outputs"]["model_outputs"]
+    model_uri = tags(child["data"])["model.uri"]
+    assert model_uri == f"models:/{output['model_id']}"
+    logged = rest.get(f"/api/2.0/mlflow/logged-models/{output['model_id']}")["model"]
+    assert logged["info"]["source_run_id"] == child["info"]["run_id"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    loaded = mlflow.pytorch.load_model(model_uri)
+    trained = load_model(project / "models/h1-s0")
+    tokens = torch.randint(0, 300, (3, 17))
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), trained(tokens))
+
+
+def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(study):
+    _, rest, _ = study
+    runs = runs_by_name(rest, experiment(rest)["experiment_id"])
+    [parent] = [run for name, run in runs.items() if name.startswith("study")]
+    assert tags(parent["data"])["study.state"] == "closed"
+    metrics = {metric["key"]: metric["value"] for metric in parent["data"]["metrics"]}
+    test_ppl = {metric["key"]: metric["value"] for metric in runs["h1-s0"]["data"]["metrics"]}["test/ppl"]
+    assert metrics["test_ppl_mean/1"] == test_ppl
+    assert metrics["compare/4_vs_1/relative_ci95/low"] < metrics["compare/4_vs_1/relative"] < 0
+    assert "compare/4_vs_1/seeds" not in " ".join(metrics)
+
+    def artifacts(run) -> set[str]:
+        listed = rest.get("/api/2.0/mlflow/artifacts/list", run_id=run["info"]["run_id"])
+        return {item["path"] for item in listed.get("files", [])}
+
+    assert artifacts(parent) == {"results.html", "summary.json"}
+    assert artifacts(runs["h1-s0"]) == {"config.yaml", "model.pt", "provenance"}
+
+
+def test_dvc_plots_show_only_the_current_study_and_need_no_network(tmp_path):
+    """Curves of a seed the study dropped stay on disk but out of the plots, and the page that
+    `dvc plots show` writes loads nothing from the internet."""
+    project = tmp_path / "plots"
+    project.mkdir()
+    shutil.copy(ROOT / "dvc.yaml", project)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["study"] = {"variants": [1], "seeds": [0]}
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    command(project, "git", "init", "-q")
+    command(project, "dvc", "init", "-q")
+    for name in ("config", "plots-offline.html"):
+        shutil.copy(ROOT / ".dvc" / name, project / ".dvc" / name)
+    curves = project / "metrics/curves"
+    curves.mkdir(parents=True)
+    for name in ("h1-s0", "h1-s2"):  # h1-s2: from when the study had seed 2
+        (curves / f"{name}.csv").write_text("step,tokens,val_ppl\n10,1000,90.0\n20,2000,60.0\n")
+
+    plotted = json.loads(command(project, "dvc", "plots", "show", "--json"))["data"]
+    assert [path for path in plotted if path.startswith("metrics/")] == ["metrics/curves/h1-s0.csv"]
+
+    command(project, "dvc", "plots", "show")
+    page = (project / "dvc_plots/index.html").read_text()
+    assert "function vegaEmbed" in page and "vegaEmbed('#metrics_curves_h1-s0_csv'" in page
+    assert "<script src" not in page and "cdn." not in page
