@@ -12,15 +12,20 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import TQDMProgressBar
 from omegaconf import DictConfig
 
-from headstudy.core import tracking
+from headstudy.core import jobs, tracking
 from headstudy.core.config import compose_config, config_digest, model_config, run_name
 from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
 from headstudy.core.model import Decoder, weights_sha256
 from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, model_dir, write_model
-from headstudy.core.training import LanguageModelModule, ResumeCheckpoint, Throughput, TokenDataModule
+from headstudy.core.training import (
+    LanguageModelModule,
+    ResumeCheckpoint,
+    Throughput,
+    TokenDataModule,
+    build_trainer,
+)
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -33,20 +38,18 @@ def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
             shutil.rmtree(stale)
 
 
-def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = None) -> dict:
-    torch.set_num_threads(config.threads)
+def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = None) -> dict | None:
+    """Train one model; on process 0 return what it recorded. Under DDP the other processes
+    run this same function, train their slice of every batch and return None: only process 0
+    talks to MLflow and writes the model, the curve and the resume state's run id."""
+    torch.set_num_threads(jobs.torch_threads(config.threads))
     L.seed_everything(config.seed, workers=True)
     name = run_name(config)
     prepared = Path(config.paths.prepared)
     resume_dir = Path(config.paths.checkpoints) / f"{name}-{config_digest(config)}"
-    abandon_stale_resumes(resume_dir.parent, name, keep=resume_dir)
     resume_checkpoint = resume_dir / "last.ckpt"
-    run_id_file = resume_dir / "mlflow_run_id"
-    previous_run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
-    resuming = previous_run_id is not None and resume_checkpoint.is_file()
-    if previous_run_id and not resuming:  # killed before its first checkpoint: start afresh
-        tracking.mark_killed(previous_run_id)
-
+    throughput = Throughput(config.data.batch_size * config.model.context)
+    trainer = build_trainer(config, [ResumeCheckpoint(resume_checkpoint), throughput])
     model = Decoder(model_config(config))
     datamodule = TokenDataModule(
         prepared,
@@ -55,6 +58,19 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
         config.seed,
         config.trainer.val_every_steps,
     )
+    module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps, config.trainer.compile)
+    if not trainer.is_global_zero:  # started by process 0, after it settled whether to resume
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resume_checkpoint.is_file() else None)
+        return None
+
+    abandon_stale_resumes(resume_dir.parent, name, keep=resume_dir)
+    run_id_file = resume_dir / "mlflow_run_id"
+    previous_run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
+    resuming = previous_run_id is not None and resume_checkpoint.is_file()
+    if not resuming:  # killed before its first checkpoint, or never run: start afresh
+        if previous_run_id:
+            tracking.mark_killed(previous_run_id)
+        resume_checkpoint.unlink(missing_ok=True)
     logger = tracking.training_logger(previous_run_id if resuming else None, name)
     run_id = logger.run_id
     resume_dir.mkdir(parents=True, exist_ok=True)
@@ -69,6 +85,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
                 "data.sha256": prepared_digest(prepared),
                 "data.dvc_md5": dvc_locked_md5(prepared),
                 "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
+                "processes": str(trainer.world_size),
                 **(extra_tags or {}),
             },
             resume_dir,
@@ -76,9 +93,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     else:
         print(f"train: resuming {name} from {resume_checkpoint} (MLflow run {run_id})")
 
-    throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, logger, [ResumeCheckpoint(resume_checkpoint), throughput])
-    module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps)
+    trainer.logger = logger
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
 
     record = {
@@ -91,7 +106,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
         "weights_sha256": weights_sha256(model),
         "tokens_per_sec": throughput.tokens_per_sec,
     }
-    write_model(model_dir(config), model, config, record)
+    write_model(model_dir(config), model.cpu(), config, record)
     write_curve(config, tracking.metric_history(run_id, "val/ppl"))
     tracking.log_metrics(
         run_id,
@@ -104,22 +119,6 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     shutil.rmtree(resume_dir)
     print(f"train: {name}: {record['tokens_per_sec']:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
     return record
-
-
-def build_trainer(config: DictConfig, logger, callbacks: list[L.Callback]) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=config.trainer.max_steps,
-        max_epochs=-1,
-        logger=logger,
-        callbacks=[*callbacks, TQDMProgressBar(refresh_rate=10)],
-        deterministic=config.trainer.deterministic,
-        log_every_n_steps=config.trainer.log_every_steps,
-        num_sanity_val_steps=0,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-    )
 
 
 def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:

@@ -1,5 +1,6 @@
 """Everything MLflow: one SQLite store at the project root (mlflow.db) unless
-MLFLOW_TRACKING_URI says otherwise. Nothing else in headstudy imports mlflow."""
+MLFLOW_TRACKING_URI says otherwise (another database, or a shared `mlflow server`).
+Nothing else in headstudy imports mlflow."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from importlib import metadata
 from pathlib import Path
 
 import mlflow
-import torch
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
@@ -24,29 +24,80 @@ DEFAULT_STORE = "mlflow.db"
 PIPELINE_RESULTS = ("dvc.lock", "metrics", "reports")
 
 
-def tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, or the SQLite store at the project root, whichever folder runs."""
+def store_root() -> Path:
+    """The folder of the default store: the project root. A DVC experiment from the queue runs
+    in a temporary copy of the repository (under .dvc/tmp/exps/) that is deleted afterwards;
+    DVC names the user's own repository in DVC_ROOT, and its runs belong in that store."""
     from headstudy.core.config import project_root
 
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / DEFAULT_STORE}"
+    root = project_root()
+    user_repository = os.environ.get("DVC_ROOT")
+    copy = next((folder for folder in (root, *root.parents) if (folder / ".dvc").is_dir()), None)
+    if user_repository and copy is not None:
+        return Path(user_repository).resolve() / root.relative_to(copy)
+    return root
 
 
-def client() -> MlflowClient:
-    return MlflowClient(tracking_uri())
+def tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI, or the SQLite store at the project root, whichever folder runs."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_root() / DEFAULT_STORE}"
 
 
-def experiment_id() -> str:
-    mlflow_client = client()
+# Stores this process has seen ready: created, migrated, and holding the experiment.
+_ready: dict[str, str] = {}
+
+
+def sqlite_file(uri: str) -> Path | None:
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?")[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def ensure_store(uri: str) -> str:
+    """Create and migrate the store and create the experiment exactly once, whoever comes first;
+    the experiment's id. Trainings that start at the same moment on a new SQLite file would
+    each run MLflow's schema migration (`table _alembic_tmp_metrics already exists`, and a
+    half-migrated store for good) and race to create the experiment, so they take turns under
+    a file lock beside the database. A server serialises this itself."""
+    if uri not in _ready:
+        database = sqlite_file(uri)
+        if database is None:
+            _ready[uri] = get_or_create_experiment(uri)
+        else:
+            from filelock import FileLock
+
+            database.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(database.with_name(database.name + ".lock")):
+                _ready[uri] = get_or_create_experiment(uri)
+    return _ready[uri]
+
+
+def get_or_create_experiment(uri: str) -> str:
+    mlflow_client = MlflowClient(uri)  # on a new SQLite file: creates and migrates the schema
     experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
     if experiment is not None:
         return experiment.experiment_id
     artifact_location = None
     if "MLFLOW_TRACKING_URI" not in os.environ:
         # Beside mlflow.db, whichever directory a later command runs from.
-        from headstudy.core.config import project_root
+        artifact_location = (store_root() / "mlartifacts").as_uri()
+    try:
+        return mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
+    except mlflow.exceptions.MlflowException as error:  # another client of the server was first
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow_client.get_experiment_by_name(EXPERIMENT).experiment_id
 
-        artifact_location = (project_root() / "mlartifacts").as_uri()
-    return mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
+
+def client() -> MlflowClient:
+    uri = tracking_uri()
+    ensure_store(uri)
+    return MlflowClient(uri)
+
+
+def experiment_id() -> str:
+    return ensure_store(tracking_uri())
 
 
 def flatten(config: DictConfig) -> dict[str, str]:
@@ -88,12 +139,12 @@ def cpu_model() -> str:
 
 def environment() -> dict[str, str]:
     """What decides whether a rerun can be bit-identical."""
-    import lightning
+    import torch  # here, not at the top: the report stage needs no torch
 
     return {
         "env.python": platform.python_version(),
         "env.torch": torch.__version__,
-        "env.lightning": lightning.__version__,
+        "env.lightning": metadata.version("lightning"),
         "env.cpu": cpu_model(),
         "env.cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "env.threads": str(torch.get_num_threads()),
