@@ -14,65 +14,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
 
-from conftest import ROOT
+from tinyproject import edit_params, environment, make_project, ran_stages, run, runs
 
 pytestmark = pytest.mark.slow
-
-TINY = {
-    "study": {"heads": [1], "seeds": [0]},
-    "model": {"preset": "tiny"},
-    "train": {"max_steps": 200, "val_every_steps": 50, "batch_size": 8},
-}
-
-
-def environment() -> dict[str, str]:
-    """The project's own MLflow store, and no DVC telemetry from a machine without network."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return {**env, "DVC_NO_ANALYTICS": "1"}
-
-
-def run(project: Path, *command: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = environment()
-    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def ran_stages(output: str) -> set[str]:
-    return {line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage")}
-
-
-def edit_params(project: Path, section: str, **values) -> None:
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params[section].update(values)
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
-
-
-def runs(project: Path):
-    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("headstudy")
-    return client.search_runs([experiment.experiment_id])
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    project = tmp_path_factory.mktemp("study")
-    for item in ("dvc.yaml", "conf", "src", ".gitignore"):
-        source = ROOT / item
-        copy = shutil.copytree if source.is_dir() else shutil.copy
-        copy(source, project / item, ignore=shutil.ignore_patterns("__pycache__")) if source.is_dir() else copy(source, project / item)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for section, values in TINY.items():
-        params[section].update(values)
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
-    run(project, "git", "init", "-q")
-    run(project, "dvc", "init", "-q")
-    run(project, "git", "add", "-A")
-    run(project, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny study")
-    return project
+    return make_project(tmp_path_factory.mktemp("study"))
 
 
 def test_repro_trains_evaluates_and_reports_every_model(project):

@@ -2,9 +2,9 @@
 
 On 2 cores, two trainings of 2 threads each slow each other down far more than in
 proportion. `dvc queue start -j N` runs N experiments at once and tells them nothing of N,
-so a queued job counts the queue's live workers itself: DVC keeps a pid file per worker
-under <repo>/.dvc/tmp/exps/celery/dvc-exp-worker-K/, and names the user's repository (not
-the temporary copy the job runs in) in DVC_ROOT.
+so a queued job counts the queue's live workers itself: DVC keeps a pid file per worker,
+<repo>/.dvc/tmp/exps/celery/dvc-exp-worker-K.pid, and names the user's repository (not the
+temporary copy the job runs in) in DVC_ROOT.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def alive(pid: int) -> bool:
 def queue_workers(repository: Path) -> int:
     """DVC experiment-queue workers of `repository` that are running now."""
     running = 0
-    for pid_file in (repository / QUEUE_WORKERS).glob("dvc-exp-worker-*/dvc-exp-worker-*.pid"):
+    for pid_file in (repository / QUEUE_WORKERS).glob("dvc-exp-worker-*.pid"):
         info_file = pid_file.with_suffix(".json")
         try:
             pid = int(pid_file.read_text().strip())

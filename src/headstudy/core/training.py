@@ -211,7 +211,7 @@ def build_trainer(config: DictConfig, callbacks: list[L.Callback]) -> L.Trainer:
             # TrainingBatches already hands each process its own slice of every batch.
             use_distributed_sampler=False,
         )
-    except (MisconfigurationException, ValueError) as error:
+    except (MisconfigurationException, ValueError, ImportError) as error:  # what Lightning says of a bad choice
         chosen = ", ".join(f"trainer.{key}={settings[key]}"
                            for key in ("accelerator", "devices", "num_nodes", "strategy", "precision"))
         raise ConfigError(f"{chosen}: {str(error).strip().splitlines()[0]}") from None
