@@ -15,15 +15,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, headstudy_environment
+from conftest import headstudy_environment
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.jobs import cores
 from headstudy.core.training import build_trainer
 from headstudy.count import count
-from tinyproject import commit, environment, make_project, ran_stages, run, runs
+from tinyproject import TINY, commit, make_project, ran_stages, run, runs
 
 
 def decoder_parameters(vocab: int, context: int, width: int, layers: int, mlp: int) -> int:
@@ -175,8 +174,9 @@ def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, sma
 
 @pytest.fixture(scope="module")
 def reproduced(tmp_path_factory) -> Path:
-    """The tiny study, reproduced once and committed with its dvc.lock."""
-    project = make_project(tmp_path_factory.mktemp("shared") / "project")
+    """The tiny study, reproduced once and committed with its dvc.lock; 20 training steps."""
+    tiny = {**TINY, "trainer": {"max_steps": 20, "val_every_steps": 10}}
+    project = make_project(tmp_path_factory.mktemp("shared") / "project", tiny)
     run(project, "dvc", "repro")
     commit(project, "tiny study, reproduced")
     return project
@@ -214,7 +214,7 @@ def queue_states(project: Path) -> list[str]:
 @pytest.mark.slow
 def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced):
     before = {r.info.run_id for r in runs(reproduced)}
-    for steps in (50, 100):
+    for steps in (10, 20):
         run(reproduced, "dvc", "exp", "run", "--queue", "--name", f"steps{steps}", "-S", f"trainer.max_steps={steps}")
     run(reproduced, "dvc", "queue", "start", "--jobs", "2")
     deadline = time.monotonic() + 600
@@ -224,10 +224,10 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
             time.sleep(2)
     finally:
         run(reproduced, "dvc", "queue", "stop", check=False)
-    assert queue_states(reproduced) == ["Success", "Success"], run(reproduced, "dvc", "queue", "logs", "steps50").stdout
+    assert queue_states(reproduced) == ["Success", "Success"], run(reproduced, "dvc", "queue", "logs", "steps10").stdout
 
     new = [r for r in runs(reproduced) if r.info.run_id not in before]
-    assert sorted(int(r.data.params["trainer.max_steps"]) for r in new) == [50, 100]
+    assert sorted(int(r.data.params["trainer.max_steps"]) for r in new) == [10, 20]
     # Two jobs on this machine's cores, never more threads than the config's `threads` (2).
     assert {r.data.tags["env.threads"] for r in new} == {str(max(1, min(2, cores() // 2)))}
     assert all(r.info.status == "FINISHED" and "test/ppl" in r.data.metrics for r in new)
