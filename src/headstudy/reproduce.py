@@ -14,6 +14,9 @@ from headstudy.core.config import ConfigError, validate
 from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
 
 ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
+# Where every run logged before conf/trainer named it trained: one CPU process, float32.
+BEFORE_TRAINER_DEVICES = {"trainer": {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto",
+                                      "precision": "32-true", "compile": False}}
 
 
 def check_prepared_data(run, prepared: Path) -> None:
@@ -52,7 +55,8 @@ def reproduce(run_id: str) -> bool:
     check_prepared_data(run, Path(run.data.params["paths.prepared"]))
     with tempfile.TemporaryDirectory(prefix="headstudy-reproduce-") as scratch:
         scratch = Path(scratch)
-        config = OmegaConf.load(tracking.download_artifact(run_id, CONFIG_FILE, scratch))
+        config = OmegaConf.merge(BEFORE_TRAINER_DEVICES,
+                                 OmegaConf.load(tracking.download_artifact(run_id, CONFIG_FILE, scratch)))
         validate(config)
         differences = environment_differences(run)
         for key, (then, now) in differences.items():
@@ -65,6 +69,8 @@ def reproduce(run_id: str) -> bool:
             run.data.tags.get("overrides", "").split(),
             extra_tags={"reproduces": run_id, "stage": "reproduce"},
         )
+        if record is None:  # another process of a DDP run: process 0 evaluates and compares
+            return True
         metrics = evaluate(config)
 
     recorded_hash = run.data.tags.get("weights.sha256")

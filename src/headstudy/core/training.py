@@ -77,7 +77,10 @@ class TokenDataModule(L.LightningDataModule):
         shares (on one process, all of them)."""
         batches = list(stream_batches(self.valid_tokens, self.context, self.batch_size))
         share = batches[self.trainer.global_rank :: self.trainer.world_size]
-        return DataLoader(share, batch_size=None)
+        # DDP's first forward after training is collective, so no process may sit this out.
+        # With fewer batches than processes each scores all of them: the ratio of the sums
+        # stays the same.
+        return DataLoader(share if len(batches) >= self.trainer.world_size else batches, batch_size=None)
 
 
 class LanguageModelModule(L.LightningModule):
