@@ -1,82 +1,187 @@
-"""Training throughput of the `train` stage's Lightning Trainer (MLflow logging, progress bar
-and all) against a plain PyTorch loop: same model, batches, optimiser, schedule and threads.
-Both time every step from the first; validation time is left out of the Lightning figure.
+"""Training throughput of the `train` stage against a plain PyTorch loop, and of both against
+this machine's measured matmul peak (model FLOPs utilisation), for 1 and 4 heads.
 
-    python benchmarks/throughput.py [hydra overrides]    # e.g. model.n_heads=4
+    python benchmarks/throughput.py [--steps 300] [--rounds 2] [hydra overrides]
 
-Prints tokens/s of each run (they alternate, so drift in machine speed hits both) and the
-ratio of the medians.
+For each head count, in one process:
+- tokens/s of the stage's Trainer (`build_trainer` with the MLflow logger and progress bar, as
+  `headstudy train` runs it; validation time left out) and of a plain loop (the same model,
+  with the same SDPA attention, batches, optimiser, schedule and threads). Rounds alternate
+  the two, so drift in the machine's speed hits both.
+- the model FLOPs per trained token, counted from the config (see `training_flops`);
+- MFU = tokens/s x FLOPs per token / peak, where the peak is the better of two timings of
+  2048 x 2048 matmuls (8192 x 8192 on a GPU) before and after the trainings, in the precision
+  the trainer computes in (float32 unless trainer.precision is bf16-mixed or 16-mixed), with
+  the same threads.
+
+Only ratios taken in one run mean much on a shared machine: its speed changes by tens of
+percent within minutes. Run it on a quiet one.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from headstudy.core.config import compose_config, model_config
-from headstudy.core.data import load_tokens, training_batch
+from headstudy.core.data import load_tokens
 from headstudy.core.model import Decoder, next_token_loss
-from headstudy.core.training import LanguageModelModule, Throughput, TokenDataModule
+from headstudy.core.training import LanguageModelModule, Throughput, TokenDataModule, TrainingBatches
 
-STEPS = 300
-ROUNDS = 2
+HEAD_COUNTS = (1, 4)
+COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def plain_loop(config) -> float:
+def training_flops(config) -> dict[str, int]:
+    """FLOPs per trained token, as nanoGPT and the PaLM paper count them: 6 per parameter that
+    takes part in a matrix multiplication (2 forward, 4 backward), namely q,k,v, the output
+    projection, the MLP and the output layer (the token embedding, tied), plus the attention
+    itself, 12 x layers x context x width: the scores q.k and the weighted sum of v over the
+    whole T x T square, 2 x 2 x T x width per layer forward, 3x for training. Not counted:
+    embedding lookups, norms, biases, GELU, softmax and the optimizer (O(width) per token), and
+    not subtracted: the half of the square that the causal mask makes unnecessary."""
+    model = model_config(config)
+    width, hidden = model.width, model.mlp_hidden
+    per_block = 3 * width * width + (width * width if model.has_output_projection else 0) + 2 * width * hidden
+    matmul_params = model.n_layers * per_block + model.vocab_size * width
+    attention = 12 * model.n_layers * model.context * width
+    return {"matmul_params": matmul_params, "attention": attention, "total": 6 * matmul_params + attention}
+
+
+def device_of(config) -> torch.device:
+    wants_gpu = config.trainer.accelerator in ("gpu", "cuda") or (
+        config.trainer.accelerator == "auto" and torch.cuda.is_available())
+    return torch.device("cuda" if wants_gpu else "cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, seconds: float = 2.0) -> float:
+    """FLOP/s of back-to-back size x size matmuls, after one untimed warm-up."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    a @ b
+    synchronize(device)
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for _ in range(10 if device.type == "cpu" else 100):  # a GPU queues them: check the clock less often
+            a @ b
+        count += 10 if device.type == "cpu" else 100
+        synchronize(device)
+    return count * 2 * size**3 / (time.perf_counter() - started)
+
+
+def plain_loop(config, steps: int) -> float:
+    """The training step written out in PyTorch: tokens/s over every step from the first."""
+    device = device_of(config)
     torch.manual_seed(config.seed)
-    model = Decoder(model_config(config))
-    setup = LanguageModelModule(model, config.optimizer, STEPS).configure_optimizers()
+    model = Decoder(model_config(config)).to(device)
+    if config.trainer.compile:
+        model.compile()
+    setup = LanguageModelModule(model, config.optimizer, steps).configure_optimizers()
     optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]["scheduler"]
-    tokens = load_tokens(Path(config.paths.prepared), "train")
-    batch_size, context = config.data.batch_size, config.model.context
+    batches = TrainingBatches(load_tokens(Path(config.paths.prepared), "train"),
+                              config.data.batch_size, config.model.context, config.seed)
+    dtype = COMPUTE_DTYPES.get(str(config.trainer.precision))
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
+    synchronize(device)
     started = time.perf_counter()
-    for step in range(STEPS):
-        inputs, targets = training_batch(tokens, batch_size, context, config.seed, step)
-        loss = next_token_loss(model(inputs), targets)
+    for step in range(steps):
+        inputs, targets = (t.to(device, non_blocking=True) for t in batches[step])
+        with autocast:
+            loss = next_token_loss(model(inputs), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         schedule.step()
-    return STEPS * batch_size * context / (time.perf_counter() - started)
+    synchronize(device)
+    return steps * config.data.batch_size * config.model.context / (time.perf_counter() - started)
 
 
-def lightning_loop(config) -> float:
-    from headstudy import tracking
-    from headstudy.train import build_trainer
+def stage_trainer(config, steps: int) -> float:
+    """The `train` stage's own Trainer, logger and progress bar: tokens/s from its Throughput."""
+    from headstudy.core import tracking
+    from headstudy.core.training import build_trainer
 
     torch.manual_seed(config.seed)
-    module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, STEPS)
+    module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, steps, config.trainer.compile)
     datamodule = TokenDataModule(config.paths.prepared, config.data.batch_size,
                                  config.model.context, config.seed, config.trainer.val_every_steps)
     throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, tracking.training_logger(None, "throughput-benchmark"), [throughput])
+    trainer = build_trainer(config, [throughput])
+    trainer.logger = tracking.training_logger(None, "throughput-benchmark")
     trainer.fit(module, datamodule=datamodule)
     return throughput.tokens_per_sec
 
 
+def benchmark(config, steps: int, rounds: int) -> dict:
+    results = {"plain": [], "stage": []}
+    for _ in range(rounds):
+        results["plain"].append(plain_loop(config, steps))
+        results["stage"].append(stage_trainer(config, steps))
+    return results
+
+
 def main() -> None:
-    config = compose_config([*sys.argv[1:], f"trainer.max_steps={STEPS}"])
-    torch.set_num_threads(config.threads)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="training steps per timed run")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each loop")
+    args, overrides = parser.parse_known_args()
+    # One validation, at the very end, left out of the stage's figure by its Throughput callback.
+    budget = [f"trainer.max_steps={args.steps}", f"trainer.val_every_steps={args.steps}"]
+    configs = {heads: compose_config([*overrides, *budget, f"model.n_heads={heads}"]) for heads in HEAD_COUNTS}
+    first = configs[HEAD_COUNTS[0]]
+    torch.set_num_threads(first.threads)
+    device = device_of(first)
+    dtype = COMPUTE_DTYPES.get(str(first.trainer.precision), torch.float32)
+
+    # 2048 x 2048 saturates a CPU; a GPU needs larger matrices to approach its peak.
+    size = 8192 if device.type == "cuda" else 2048
+    peaks = [matmul_peak(device, dtype, size)]
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/benchmark.db"
-        results = {"plain": [], "lightning": []}
-        for _ in range(ROUNDS):
-            results["plain"].append(plain_loop(config))
-            results["lightning"].append(lightning_loop(config))
-    medians = {name: statistics.median(values) for name, values in results.items()}
+        measured = {heads: benchmark(config, args.steps, args.rounds) for heads, config in configs.items()}
+    peaks.append(matmul_peak(device, dtype, size))
+    peak = max(peaks)
+
+    models = []
+    for heads, results in measured.items():
+        flops = training_flops(configs[heads])
+        medians = {loop: statistics.median(values) for loop, values in results.items()}
+        models.append({
+            "heads": heads,
+            "flops_per_token": flops,
+            "tokens_per_sec": {loop: [round(v) for v in values] for loop, values in results.items()},
+            "stage_over_plain": round(medians["stage"] / medians["plain"], 3),
+            "mfu": {loop: round(median * flops["total"] / peak, 3) for loop, median in medians.items()},
+        })
     print(json.dumps({
-        "model.n_heads": config.model.n_heads,
-        "threads": config.threads,
-        "tokens_per_sec": {name: [round(v) for v in values] for name, values in results.items()},
-        "lightning_over_plain": round(medians["lightning"] / medians["plain"], 3),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {first.threads} threads",
+        "precision": str(first.trainer.precision),
+        "batch": [first.data.batch_size, first.model.context],
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "matmul_peak_gflops": {"size": size, "before": round(peaks[0] / 1e9, 1), "after": round(peaks[1] / 1e9, 1)},
+        "models": models,
     }, indent=2))
+    print("\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain | MFU plain | MFU stage |")
+    print("|---|---|---|---|---|---|")
+    for row in models:
+        tokens = row["tokens_per_sec"]
+        print(f"| {row['heads']} | {', '.join(f'{v:,}' for v in tokens['plain'])} "
+              f"| {', '.join(f'{v:,}' for v in tokens['stage'])} | {row['stage_over_plain']:.2f} "
+              f"| {row['mfu']['plain']:.0%} | {row['mfu']['stage']:.0%} |")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
 
-from conftest import ROOT
+from tinyproject import edit_params, environment, make_project, ran_stages, run, runs
 
 pytestmark = pytest.mark.slow
 
@@ -27,54 +26,9 @@ TINY = {
 }
 
 
-def environment() -> dict[str, str]:
-    """The project's own MLflow store, and no DVC telemetry from a machine without network."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return {**env, "DVC_NO_ANALYTICS": "1"}
-
-
-def run(project: Path, *command: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = environment()
-    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def ran_stages(output: str) -> set[str]:
-    return {line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage")}
-
-
-def edit_params(project: Path, section: str, **values) -> None:
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params[section].update(values)
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
-
-
-def runs(project: Path):
-    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("headstudy")
-    return client.search_runs([experiment.experiment_id])
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    project = tmp_path_factory.mktemp("study")
-    for item in ("dvc.yaml", "conf", "src", "studies", ".gitignore"):
-        source = ROOT / item
-        if source.is_dir():
-            shutil.copytree(source, project / item, ignore=shutil.ignore_patterns("__pycache__", "models", "checkpoints"))
-        else:
-            shutil.copy(source, project / item)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for section, values in TINY.items():
-        params[section].update(values)
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
-    run(project, "git", "init", "-q")
-    run(project, "dvc", "init", "-q")
-    run(project, "git", "add", "-A")
-    run(project, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny study")
-    return project
+    return make_project(tmp_path_factory.mktemp("study"), TINY)
 
 
 def test_repro_trains_evaluates_and_reports_every_variant(project):
@@ -94,15 +48,15 @@ def test_repro_trains_evaluates_and_reports_every_variant(project):
     report = (project / "reports/results.md").read_text()
     assert "| 1 head + output projection |" in report and "Inside the heads" in report and "## Budget" in report
     assert "No comparison: none of the pairs in report.compare" in report
-    # results table, validation curves, test perplexity, budget evidence; two attention maps, head scores
-    assert (project / "reports/results.html").read_text().count("data:image/png;base64,") == 7
+    # budget evidence, validation curves, test perplexity; two attention maps, head scores
+    assert (project / "reports/results.html").read_text().count("data:image/png;base64,") == 6
     heads = json.loads((project / "reports/heads.json").read_text())
     assert [(row["variant"], row["head"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0)]
 
     [tracked] = [r for r in runs(project) if r.info.run_name == "h1-s0"]
     assert tracked.info.status == "FINISHED"
     assert tracked.data.metrics["test/ppl"] == metrics["test_ppl"]
-    assert {"train/loss", "val/ppl", "train/tokens_per_sec", "params"} <= set(tracked.data.metrics)
+    assert {"train/loss", "val/ppl", "train/tokens_per_sec", "model/parameter_count"} <= set(tracked.data.metrics)
     assert tracked.data.params["model.n_heads"] == "1" and tracked.data.params["seed"] == "0"
     assert tracked.data.tags["stage"] == "train@1-0"
     assert len(tracked.data.tags["git.commit"]) == 40
@@ -125,7 +79,7 @@ def test_adding_a_head_count_trains_only_the_new_model(project):
     heads = json.loads((project / "reports/heads.json").read_text())
     assert [(row["variant"], row["head"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0), ("4", 0), ("4", 1), ("4", 2), ("4", 3)]
     assert [claim["layer"] for claim in heads["claims"]] == [0]
-    assert len(runs(project)) == 3
+    assert sorted(r.info.run_name for r in runs(project) if r.info.run_name.startswith("h")) == ["h1-mix-s0", "h1-s0", "h4-s0"]
 
 
 def test_changing_the_budget_retrains_every_model(project):
@@ -140,9 +94,10 @@ def test_changing_the_budget_retrains_every_model(project):
 
 def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     uninterrupted = json.loads((project / "models/h1-s0/run.json").read_text())
-    shutil.rmtree(project / "models/h1-s0")  # DVC now has to train this model again
+    shutil.rmtree(project / "models/h1-s0")
+    # Forced: DVC would otherwise check the model out of its cache instead of training it.
     killed = subprocess.Popen(
-        ["dvc", "repro", "train@1-0"], cwd=project, env=environment(), start_new_session=True,
+        ["dvc", "repro", "--force", "train@1-0"], cwd=project, env=environment(), start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     checkpoints = project / "checkpoints"
@@ -155,7 +110,7 @@ def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     killed.wait()
     assert not (project / "models/h1-s0").exists()
 
-    result = run(project, "dvc", "repro")
+    result = run(project, "dvc", "repro", "--force", "train@1-0")
     assert "resuming h1-s0" in result.stdout
     # The model folder holds only what the inputs determine: the same bytes, though the
     # training ran as another MLflow run, killed and resumed.

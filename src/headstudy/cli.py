@@ -18,7 +18,7 @@ COMMANDS = {
     "baselines": ("data", "baselines"),
     "train": ("data", "model", "trainer", "optimizer"),
     "evaluate": ("data", "model"),
-    "inspect": ("data", "inspect"),
+    "inspect": ("data", "model", "inspect"),
     "report": (),
     "count": ("data", "model"),
     "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),

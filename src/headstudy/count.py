@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from headstudy.core.config import compose_config, model_config
 from headstudy.core.model import Decoder, parameter_breakdown
 
 
 def count(overrides: list[str]) -> dict:
-    model = Decoder(model_config(compose_config(overrides)))
+    config = model_config(compose_config(overrides))
+    with torch.device("meta"):  # shapes without storage: the 4,096-wide preset would need 26 GB
+        model = Decoder(config)
     parts = parameter_breakdown(model)
     return {"params": sum(parts.values()), "parts": parts}
 

@@ -179,8 +179,8 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
     mean_curves = curves.groupby(["variant", "tokens"])["val_ppl"].mean().unstack("variant")
     tokens = int(mean_curves.index.max())
     epochs = tokens / stats["splits"]["train"]["tokens"]
-    last, before = mean_curves.iloc[-1], mean_curves.iloc[-2]
-    still = float((1 - last / before).max())
+    last = mean_curves.iloc[-1]
+    still = float((1 - last / mean_curves.iloc[-2]).max()) if len(mean_curves) > 1 else None
     final_order = list(last.sort_values().index)
     changes = [int(t) for t, row in mean_curves.iterrows() if list(row.sort_values().index) != final_order]
     worst = min(rows, key=lambda r: r["below_bigram"])
@@ -189,8 +189,11 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
               "ranking_changes_at_tokens": changes, "weakest_below_bigram": worst["below_bigram"]}
     text = (
         f"Each model trained on {tokens / 1e6:.2f} million tokens, {epochs:.1f} epochs of the training split. "
-        f"Over the last validation interval the mean validation perplexity of every variant fell by at most "
-        f"{still:.2%}. The ranking of the variants by mean validation perplexity "
+        + ("With one validation point, the curves cannot show how much training still improved. "
+           if still is None else
+           "Over the last validation interval the mean validation perplexity of every variant fell by at most "
+           f"{still:.2%}. ")
+        + "The ranking of the variants by mean validation perplexity "
         + ("is the final one at every validation point. " if not changes else
            f"differs from the final one at {len(changes)} of {len(mean_curves)} validation points, the last at "
            f"{changes[-1] / 1e6:.2f} million tokens. ")

@@ -14,6 +14,9 @@ from headstudy.core.config import ConfigError, first_line, validate
 from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
 
 ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
+# Where every run logged before conf/trainer named it trained: one CPU process, float32.
+BEFORE_TRAINER_DEVICES = {"trainer": {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto",
+                                      "precision": "32-true", "compile": False}}
 
 
 def check_prepared_data(run, prepared: Path) -> None:
@@ -76,7 +79,7 @@ def reproduce(run_id: str) -> bool:
         except Exception as error:  # whatever the artifact store raises: the file is not there
             raise ConfigError(f"run {run_id} has no readable {CONFIG_FILE} artifact ({first_line(error)}): "
                               "it cannot be reproduced") from None
-        config = OmegaConf.load(saved_config)
+        config = OmegaConf.merge(BEFORE_TRAINER_DEVICES, OmegaConf.load(saved_config))
         validate(config)
         differences = environment_differences(run)
         for key, (then, now) in differences.items():
@@ -89,6 +92,8 @@ def reproduce(run_id: str) -> bool:
             run.data.tags.get("overrides", "").split(),
             extra_tags={"reproduces": run_id, "stage": "reproduce"},
         )
+        if record is None:  # another process of a DDP run: process 0 evaluates and compares
+            return True
         metrics = evaluate(config, run_id=record["mlflow_run_id"])
 
     recorded_hash = run.data.tags.get("weights.sha256")

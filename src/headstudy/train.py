@@ -15,14 +15,14 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from headstudy.core import tracking
+from headstudy.core import jobs, tracking
 from headstudy.core.config import compose_config, config_digest, model_config, run_name
 from headstudy.core.data import TOKENIZER_FILE, check_training_data, sha256_file
 from headstudy.core.files import refuse_pipeline_outputs
 from headstudy.core.model import Decoder
 from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
 from headstudy.core.training import (LanguageModelModule, ResumeCheckpoint, StepProgressBar, Throughput,
-                                     TokenDataModule, TrainingDiverged, quiet_routine_warnings)
+                                     TokenDataModule, TrainingDiverged, build_trainer, quiet_routine_warnings)
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -35,37 +35,20 @@ def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
             shutil.rmtree(stale)
 
 
-def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = None) -> dict:
+def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = None) -> dict | None:
+    """Train one model; on process 0 return what it recorded. Under DDP the other processes
+    run this same function, train their slice of every batch and return None: only process 0
+    talks to MLflow and writes the model, the curve and the resume state's run id."""
     refuse_pipeline_outputs(config, "models", "metrics")
     prepared = Path(config.paths.prepared)
     check_training_data(prepared, config.model.vocab_size, config.model.context)
-    data = data_record(prepared)
-    tracking.check_store()
-    # Only a stage that DVC runs belongs to a study execution; a manual or reproducing run stands alone.
-    study_run_id = tracking.open_study_run() if tracking.in_pipeline() else None
-    try:
-        return train_model(config, overrides, extra_tags or {}, data, study_run_id)
-    finally:
-        if study_run_id:
-            tracking.leave_study_run(study_run_id)
-
-
-def train_model(config: DictConfig, overrides: list[str], extra_tags: dict, data: dict,
-                study_run_id: str | None) -> dict:
+    tracking.check_store()  # before any work, so that a store that cannot be opened is the only message
     quiet_routine_warnings()
-    prepared = Path(config.paths.prepared)
-    torch.set_num_threads(config.threads)
+    torch.set_num_threads(jobs.torch_threads(config.threads))
     L.seed_everything(config.seed, workers=True)
-    name = run_name(config)
-    resume_dir = Path(config.paths.checkpoints) / f"{name}-{config_digest(config)}"
-    abandon_stale_resumes(resume_dir.parent, name, keep=resume_dir)
-    resume_checkpoint = resume_dir / "last.ckpt"
-    run_id_file = resume_dir / "mlflow_run_id"
-    previous_run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
-    resuming = previous_run_id is not None and resume_checkpoint.is_file()
-    if previous_run_id and not resuming:  # killed before its first checkpoint: start afresh
-        tracking.mark_killed(previous_run_id)
-
+    resume_checkpoint = resume_dir(config) / "last.ckpt"
+    throughput = Throughput(config.data.batch_size * config.model.context)
+    trainer = build_trainer(config, [ResumeCheckpoint(resume_checkpoint), throughput, StepProgressBar(throughput)])
     model = Decoder(model_config(config))
     datamodule = TokenDataModule(
         prepared,
@@ -74,9 +57,44 @@ def train_model(config: DictConfig, overrides: list[str], extra_tags: dict, data
         config.seed,
         config.trainer.val_every_steps,
     )
+    module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps, config.trainer.compile)
+    if not trainer.is_global_zero:  # started by process 0, after it settled whether to resume
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resume_checkpoint.is_file() else None)
+        return None
+
+    # Only a stage that DVC runs belongs to a study execution; a manual or reproducing run stands alone.
+    study_run_id = tracking.open_study_run() if tracking.in_pipeline() else None
+    try:
+        return train_on_process_zero(config, overrides, extra_tags or {}, study_run_id,
+                                     trainer, module, datamodule, throughput)
+    finally:
+        if study_run_id:
+            tracking.leave_study_run(study_run_id)
+
+
+def resume_dir(config: DictConfig) -> Path:
+    return Path(config.paths.checkpoints) / f"{run_name(config)}-{config_digest(config)}"
+
+
+def train_on_process_zero(config: DictConfig, overrides: list[str], extra_tags: dict, study_run_id: str | None,
+                          trainer: L.Trainer, module: LanguageModelModule, datamodule: TokenDataModule,
+                          throughput: Throughput) -> dict:
+    prepared = Path(config.paths.prepared)
+    data = data_record(prepared)
+    name = run_name(config)
+    resume_folder = resume_dir(config)
+    resume_checkpoint = resume_folder / "last.ckpt"
+    abandon_stale_resumes(resume_folder.parent, name, keep=resume_folder)
+    run_id_file = resume_folder / "mlflow_run_id"
+    previous_run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
+    resuming = previous_run_id is not None and resume_checkpoint.is_file()
+    if not resuming:  # killed before its first checkpoint, or never run: start afresh
+        if previous_run_id:
+            tracking.mark_killed(previous_run_id)
+        resume_checkpoint.unlink(missing_ok=True)
     logger = tracking.training_logger(previous_run_id if resuming else None, name, study_run_id)
     run_id = logger.run_id
-    resume_dir.mkdir(parents=True, exist_ok=True)
+    resume_folder.mkdir(parents=True, exist_ok=True)
     run_id_file.write_text(run_id)
     if not resuming:
         tracking.record_provenance(
@@ -89,64 +107,39 @@ def train_model(config: DictConfig, overrides: list[str], extra_tags: dict, data
                 "data.sha256": data["data_sha256"],
                 "data.dvc_md5": dvc_locked_md5(prepared),
                 "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
+                "processes": str(trainer.world_size),
                 **extra_tags,
             },
-            resume_dir,
+            resume_folder,
         )
         tracking.log_dataset(run_id, prepared, f"{config.data.corpus}-prepared", data["data_sha256"])
     else:
         print(f"train: resuming {name} from {resume_checkpoint} (MLflow run {run_id})")
 
-    throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(
-        config, logger, [ResumeCheckpoint(resume_checkpoint), throughput, StepProgressBar(throughput)]
-    )
-    module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps)
+    trainer.logger = logger
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
     except TrainingDiverged:
-        shutil.rmtree(resume_dir)  # Lightning marked the run FAILED; resuming would diverge again
+        shutil.rmtree(resume_folder)  # Lightning marked the run FAILED; resuming would diverge again
         raise
 
+    model = module.model.cpu()
     record = training_record(config, model, data)
     write_model(model_dir(config), model, config, record)
     write_curve(config, tracking.metric_history(run_id, "val/ppl"))
-    if trainer.is_global_zero:
-        tracking.log_metrics(
-            run_id,
-            # Not `params`: in MLflow that word means the run's settings.
-            {"model/parameter_count": record["params"], "train/tokens_per_sec": throughput.tokens_per_sec},
-            step=trainer.global_step,
-        )
-        tracking.set_tags(run_id, {"weights.sha256": record["weights_sha256"]})
-        for artifact in (CONFIG_FILE, MODEL_FILE):
-            tracking.log_artifact(run_id, model_dir(config) / artifact)
-        tracking.log_model(run_id, model, name, config.model.context, config.model.vocab_size, trainer.global_step)
-    shutil.rmtree(resume_dir)
+    tracking.log_metrics(
+        run_id,
+        # Not `params`: in MLflow that word means the run's settings.
+        {"model/parameter_count": record["params"], "train/tokens_per_sec": throughput.tokens_per_sec},
+        step=trainer.global_step,
+    )
+    tracking.set_tags(run_id, {"weights.sha256": record["weights_sha256"]})
+    for artifact in (CONFIG_FILE, MODEL_FILE):
+        tracking.log_artifact(run_id, model_dir(config) / artifact)
+    tracking.log_model(run_id, model, name, config.model.context, config.model.vocab_size, trainer.global_step)
+    shutil.rmtree(resume_folder)
     print(f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
     return {**record, "mlflow_run_id": run_id, "tokens_per_sec": throughput.tokens_per_sec}
-
-
-def build_trainer(config: DictConfig, logger, callbacks: list[L.Callback]) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=config.trainer.max_steps,
-        max_epochs=-1,
-        logger=logger,
-        callbacks=callbacks,
-        deterministic=config.trainer.deterministic,
-        log_every_n_steps=loss_logging_interval(config.trainer),
-        num_sanity_val_steps=0,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-    )
-
-
-def loss_logging_interval(trainer: DictConfig) -> int:
-    """Steps between two `train/loss` points: trainer.loss_points over the run, and never more
-    than a validation interval (Lightning's epoch here: it warns about an epoch that logs nothing)."""
-    return max(1, min(trainer.max_steps // trainer.loss_points, trainer.val_every_steps))
 
 
 def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:

@@ -1,5 +1,6 @@
 """Everything MLflow: one SQLite store at the project root (mlflow.db) unless
-MLFLOW_TRACKING_URI says otherwise. Nothing else in headstudy imports mlflow.
+MLFLOW_TRACKING_URI says otherwise (another database, or a shared `mlflow server`).
+Nothing else in headstudy imports mlflow.
 
 One experiment, `headstudy`. Each execution of a study (a `dvc repro` or a `dvc exp run`) is
 one parent run; the model runs it trains are nested beneath it, and the report stage logs the
@@ -75,19 +76,57 @@ STUDY_KEY = "study.key"
 STUDY_STATE = "study.state"
 
 
-def tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, or the SQLite store at the project root, whichever folder runs."""
+def store_root() -> Path:
+    """The folder of the default store: the project root. A DVC experiment from the queue runs
+    in a temporary copy of the repository (under .dvc/tmp/exps/) that is deleted afterwards;
+    DVC names the user's own repository in DVC_ROOT, and its runs belong in that store."""
     from headstudy.core.config import project_root
 
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / DEFAULT_STORE}"
+    root = project_root()
+    user_repository = os.environ.get("DVC_ROOT")
+    copy = next((folder for folder in (root, *root.parents) if (folder / ".dvc").is_dir()), None)
+    if user_repository and copy is not None:
+        return Path(user_repository).resolve() / root.relative_to(copy)
+    return root
 
 
-def client() -> MlflowClient:
-    return MlflowClient(tracking_uri())
+def tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI, or the SQLite store at the project root, whichever folder runs."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_root() / DEFAULT_STORE}"
 
 
-def experiment_id() -> str:
-    mlflow_client = client()
+# Stores this process has seen ready: created, migrated, and holding the experiment.
+_ready: dict[str, str] = {}
+
+
+def sqlite_file(uri: str) -> Path | None:
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?")[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def ensure_store(uri: str) -> str:
+    """Create and migrate the store and create the experiment exactly once, whoever comes first;
+    the experiment's id. Trainings that start at the same moment on a new SQLite file would
+    each run MLflow's schema migration (`table _alembic_tmp_metrics already exists`, and a
+    half-migrated store for good) and race to create the experiment, so they take turns under
+    a file lock beside the database. A server serialises this itself."""
+    if uri not in _ready:
+        database = sqlite_file(uri)
+        if database is None:
+            _ready[uri] = get_or_create_experiment(uri)
+        else:
+            from filelock import FileLock
+
+            database.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(database.with_name(database.name + ".lock")):
+                _ready[uri] = get_or_create_experiment(uri)
+    return _ready[uri]
+
+
+def get_or_create_experiment(uri: str) -> str:
+    mlflow_client = MlflowClient(uri)  # on a new SQLite file: creates and migrates the schema
     experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
     if experiment is not None:
         describe_experiment(mlflow_client, experiment)
@@ -95,12 +134,27 @@ def experiment_id() -> str:
     artifact_location = None
     if "MLFLOW_TRACKING_URI" not in os.environ:
         # Beside mlflow.db, whichever directory a later command runs from.
-        from headstudy.core.config import project_root
-
-        artifact_location = (project_root() / "mlartifacts").as_uri()
-    created = mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
-    save_results_view(created, [])
+        artifact_location = (store_root() / "mlartifacts").as_uri()
+    try:
+        created = mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location,
+                                                  tags=EXPERIMENT_TAGS)
+    except mlflow.exceptions.MlflowException as error:  # another client of the server was first
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow_client.get_experiment_by_name(EXPERIMENT).experiment_id
+    save_results_view(mlflow_client, created, [])
     return created
+
+
+
+def client() -> MlflowClient:
+    uri = tracking_uri()
+    ensure_store(uri)
+    return MlflowClient(uri)
+
+
+def experiment_id() -> str:
+    return ensure_store(tracking_uri())
 
 
 def describe_experiment(mlflow_client: MlflowClient, experiment) -> None:
@@ -109,20 +163,20 @@ def describe_experiment(mlflow_client: MlflowClient, experiment) -> None:
         if experiment.tags.get(key) != value:
             mlflow_client.set_experiment_tag(experiment.experiment_id, key, value)
     if VIEW_TAG_PREFIX + RESULTS_VIEW not in experiment.tags:
-        save_results_view(experiment.experiment_id, [])
+        save_results_view(mlflow_client, experiment.experiment_id, [])
 
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 
 
-def save_results_view(experiment: str, extra_metrics: list[str]) -> None:
+def save_results_view(mlflow_client: MlflowClient, experiment: str, extra_metrics: list[str]) -> None:
     """The runs table with RESULTS_COLUMNS and extra_metrics (a study's comparisons), newest
     first, saved in the envelope the 3.17 UI writes for a saved view."""
     now = int(time.time() * 1000)
     columns = RESULTS_COLUMNS + [f"metrics.`{key}`" for key in extra_metrics]
     state = {"selectedColumns": columns, "orderByKey": "attributes.start_time", "orderByAsc": False}
     envelope = {"name": "headstudy results", "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
-    client().set_experiment_tag(experiment, VIEW_TAG_PREFIX + RESULTS_VIEW, json.dumps(envelope))
+    mlflow_client.set_experiment_tag(experiment, VIEW_TAG_PREFIX + RESULTS_VIEW, json.dumps(envelope))
 
 
 def ui_url(run_id: str | None = None) -> str:
@@ -220,12 +274,12 @@ def cpu_model() -> str:
 
 def environment() -> dict[str, str]:
     """What decides whether a rerun can be bit-identical."""
-    import lightning
+    import torch  # here, not at the top: the report stage needs no torch
 
     return {
         "env.python": platform.python_version(),
         "env.torch": torch.__version__,
-        "env.lightning": lightning.__version__,
+        "env.lightning": metadata.version("lightning"),
         "env.cpu": cpu_model(),
         "env.cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "env.threads": str(torch.get_num_threads()),
@@ -473,7 +527,7 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
             mlflow_client.log_artifact(run_id, str(path))
     mlflow_client.set_tag(run_id, STUDY_STATE, "closed")
     leave_study_run(run_id)
-    save_results_view(experiment_id(), sorted(key for key in metrics if key.endswith("/relative")))
+    save_results_view(mlflow_client, experiment_id(), sorted(key for key in metrics if key.endswith("/relative")))
     print(f"report: logged to the study's MLflow run {run_id}; `mlflow ui`, then {ui_url()}")
     return run_id
 

@@ -1,5 +1,5 @@
-"""Lightning wraps the plain model: where batches come from, what a step does, and the
-callbacks that make a run resumable and measured."""
+"""Lightning wraps the plain model: where batches come from, what a step does, the callbacks
+that make a run resumable and measured, and the Trainer that runs it on one process or many."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from omegaconf import DictConfig
@@ -76,8 +77,14 @@ class TokenDataModule(L.LightningDataModule):
         return DataLoader(batches, batch_size=None, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
+        """Every process scores its own share of the validation windows; the module adds up the
+        shares (on one process, all of them)."""
         batches = list(stream_batches(self.valid_tokens, self.context, self.batch_size))
-        return DataLoader(batches, batch_size=None)
+        share = batches[self.trainer.global_rank :: self.trainer.world_size]
+        # DDP's first forward after training is collective, so no process may sit this out.
+        # With fewer batches than processes each scores all of them: the ratio of the sums
+        # stays the same.
+        return DataLoader(share if len(batches) >= self.trainer.world_size else batches, batch_size=None)
 
 
 class TrainingDiverged(ConfigError):
@@ -85,18 +92,24 @@ class TrainingDiverged(ConfigError):
 
 
 class LanguageModelModule(L.LightningModule):
-    def __init__(self, model: Decoder, optimizer: DictConfig, max_steps: int):
+    def __init__(self, model: Decoder, optimizer: DictConfig, max_steps: int, compile: bool = False):
         super().__init__()
         self.model = model
         self.optimizer_config = optimizer
         self.max_steps = max_steps
+        self.compile_model = compile
+
+    def configure_model(self) -> None:
+        if self.compile_model:  # in place: the weights keep their names in checkpoints and model.pt
+            self.model.compile()
 
     def training_step(self, batch, batch_index):
         inputs, targets = batch
         loss = next_token_loss(self.model(inputs), targets)
         if not torch.isfinite(loss):
             self.diverged("train/loss", loss.item(), step=self.global_step + 1)
-        self.log("train/loss", loss, prog_bar=True)
+        # On several processes: the mean over their slices, the loss of the whole batch.
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         return loss
 
     def on_validation_epoch_start(self) -> None:
@@ -108,13 +121,15 @@ class LanguageModelModule(L.LightningModule):
         self.valid_targets += targets.numel()
 
     def on_validation_epoch_end(self) -> None:
+        shares = torch.tensor([self.valid_nll, self.valid_targets], dtype=torch.float64, device=self.device)
+        valid_nll, valid_targets = self.trainer.strategy.reduce(shares, reduce_op="sum").tolist()
         try:
-            ppl = math.exp(self.valid_nll / self.valid_targets)
+            ppl = math.exp(valid_nll / valid_targets)
         except OverflowError:
             ppl = math.inf
         if not math.isfinite(ppl):
             self.diverged("val/ppl", ppl, step=self.global_step)
-        self.log("val/ppl", ppl, prog_bar=True, logger=False)
+        self.log("val/ppl", ppl, prog_bar=True, logger=False, sync_dist=True)  # equal on every process
         # At the number of steps trained, which self.log does not use; only rank 0 talks to MLflow.
         if self.logger is not None and self.trainer.is_global_zero:
             self.logger.log_metrics({"val/ppl": ppl}, step=self.global_step)
@@ -162,15 +177,17 @@ def one_cycle(step: int, total: int, warmup_fraction: float, start_factor: float
 
 class ResumeCheckpoint(L.Callback):
     """The full training state at every epoch end, replaced atomically: a kill at any moment
-    leaves either the previous checkpoint or the new one, never half of one."""
+    leaves either the previous checkpoint or the new one, never half of one. Under DDP every
+    process takes part in saving and process 0 writes; every process resumes from the file."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         partial = self.path.with_name(self.path.name + ".partial")
-        trainer.save_checkpoint(partial, weights_only=False)
-        os.replace(partial, self.path)
+        trainer.save_checkpoint(partial, weights_only=False)  # returns once it is written
+        if trainer.is_global_zero:
+            os.replace(partial, self.path)
 
 
 class Throughput(L.Callback):
@@ -255,3 +272,50 @@ def quiet_routine_warnings() -> None:
     # lightning/pytorch/utilities/_pytree.py on torch >= 2.10: Lightning's code, not ours.
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                             category=FutureWarning)
+
+
+def build_trainer(config: DictConfig, callbacks: list[L.Callback]) -> L.Trainer:
+    """The Trainer that `config.trainer` describes: where it runs (accelerator, devices,
+    num_nodes, strategy) and in which precision. Under DDP Lightning starts the other
+    processes when `fit` begins, each running the same command; `trainer.global_rank` tells
+    them apart from here on. No logger yet: only process 0 gets one."""
+    settings = config.trainer
+    try:
+        trainer = L.Trainer(
+            accelerator=settings.accelerator,
+            devices=settings.devices,
+            num_nodes=settings.num_nodes,
+            strategy=settings.strategy,
+            precision=settings.precision,
+            max_steps=settings.max_steps,
+            max_epochs=-1,
+            logger=False,
+            callbacks=callbacks,
+            deterministic=settings.deterministic,
+            log_every_n_steps=loss_logging_interval(settings),
+            num_sanity_val_steps=0,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            # TrainingBatches already hands each process its own slice of every batch.
+            use_distributed_sampler=False,
+        )
+    except (MisconfigurationException, ValueError, ImportError) as error:  # what Lightning says of a bad choice
+        chosen = ", ".join(f"trainer.{key}={settings[key]}"
+                           for key in ("accelerator", "devices", "num_nodes", "strategy", "precision"))
+        raise ConfigError(f"{chosen}: {str(error).strip().splitlines()[0]}") from None
+    if config.data.batch_size % trainer.world_size:
+        raise ConfigError(
+            f"data.batch_size={config.data.batch_size} must be divisible by trainer.devices x "
+            f"trainer.num_nodes = {trainer.world_size} processes (each takes an equal slice of every batch)"
+        )
+    if str(settings.precision).startswith("bf16") and trainer.strategy.root_device.type == "cuda" \
+            and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"trainer.precision={settings.precision}: {torch.cuda.get_device_name()} "
+                          "has no bfloat16 support; use 16-mixed or 32-true")
+    return trainer
+
+
+def loss_logging_interval(trainer: DictConfig) -> int:
+    """Steps between two `train/loss` points: trainer.loss_points over the run, and never more
+    than a validation interval (Lightning's epoch here: it warns about an epoch that logs nothing)."""
+    return max(1, min(trainer.max_steps // trainer.loss_points, trainer.val_every_steps))

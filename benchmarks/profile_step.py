@@ -1,0 +1,136 @@
+"""Where one training step's time goes, for 1 and 4 heads: torch.profiler over a few steps of
+the plain loop, split by record_function labels into attention, MLP, norms, cross-entropy,
+the rest (embeddings, output layer), drawing the batch and the optimizer; then the Lightning
+overhead per step, the `train` stage's step time minus the plain loop's, timed in the same run.
+
+    python benchmarks/profile_step.py [--warmup 10] [--steps 5] [hydra overrides]
+
+Module hooks open and close the labels, in the backward pass too (full backward hooks), so
+work that autograd interleaves at a module's boundary may land on either side of it. The
+profiler adds its own cost to every operator: read the shares, not the milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from headstudy.core.config import compose_config, model_config
+from headstudy.core.data import load_tokens
+from headstudy.core.model import MLP, CausalSelfAttention, Decoder, next_token_loss
+from headstudy.core.training import LanguageModelModule, TrainingBatches
+
+from throughput import plain_loop, stage_trainer
+
+PARTS = {CausalSelfAttention: "attention", MLP: "mlp", nn.RMSNorm: "norms"}
+
+
+def label_parts(model: nn.Module) -> None:
+    """A record_function range around every attention, MLP and norm module, forward and backward."""
+    open_ranges: dict[tuple[int, str], record_function] = {}
+
+    def enter(module, label):
+        scope = record_function(label)
+        scope.__enter__()
+        open_ranges[id(module), label] = scope
+
+    def leave(module, label):
+        open_ranges.pop((id(module), label)).__exit__(None, None, None)
+
+    for module in model.modules():
+        part = next((name for kind, name in PARTS.items() if isinstance(module, kind)), None)
+        if part is None:
+            continue
+        module.register_forward_pre_hook(lambda m, args, label=f"{part} forward": enter(m, label))
+        module.register_forward_hook(lambda m, args, out, label=f"{part} forward": leave(m, label))
+        module.register_full_backward_pre_hook(lambda m, grad, label=f"{part} backward": enter(m, label))
+        module.register_full_backward_hook(lambda m, gin, gout, label=f"{part} backward": leave(m, label))
+
+
+def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
+    """Milliseconds per step of every labelled range, over `steps` steps after `warmup`."""
+    torch.manual_seed(config.seed)
+    model = Decoder(model_config(config))
+    label_parts(model)
+    setup = LanguageModelModule(model, config.optimizer, warmup + steps).configure_optimizers()
+    optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]["scheduler"]
+    batches = TrainingBatches(load_tokens(Path(config.paths.prepared), "train"),
+                              config.data.batch_size, config.model.context, config.seed)
+
+    def step(k: int) -> None:
+        with record_function("step"):
+            with record_function("batch"):
+                inputs, targets = batches[k]
+            with record_function("forward"):
+                logits = model(inputs)
+                with record_function("cross-entropy forward"):
+                    loss = next_token_loss(logits, targets)
+            with record_function("backward"):
+                loss.backward()
+            with record_function("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                schedule.step()
+
+    for k in range(warmup):
+        step(k)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for k in range(warmup, warmup + steps):
+            step(k)
+    totals: dict[str, float] = {}
+    for event in profiler.key_averages():
+        totals[event.key] = event.cpu_time_total / 1e3 / steps  # ms per step, children included
+    return totals
+
+
+def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
+    get = lambda key: ms.get(key, 0.0)
+    parts = ["attention", "mlp", "norms"]
+    forward_rest = get("forward") - sum(get(f"{p} forward") for p in parts) - get("cross-entropy forward")
+    backward_rest = get("backward") - sum(get(f"{p} backward") for p in parts)
+    return [
+        *[(f"{p} (forward + backward)", get(f"{p} forward") + get(f"{p} backward")) for p in parts],
+        ("cross-entropy (forward)", get("cross-entropy forward")),
+        ("rest of forward: embeddings, output layer", forward_rest),
+        ("rest of backward: output layer, loss, embeddings", backward_rest),
+        ("drawing the batch", get("batch")),
+        ("optimizer (AdamW, schedule, zero_grad)", get("optimizer")),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warmup", type=int, default=10, help="unprofiled steps first")
+    parser.add_argument("--steps", type=int, default=5, help="profiled steps, averaged")
+    parser.add_argument("--timed-steps", type=int, default=100, help="steps of each loop for the Lightning overhead")
+    args, overrides = parser.parse_known_args()
+    timed = [f"trainer.max_steps={args.timed_steps}", f"trainer.val_every_steps={args.timed_steps}"]
+    for heads in (1, 4):
+        config = compose_config([*overrides, *timed, f"model.n_heads={heads}"])
+        torch.set_num_threads(config.threads)
+        ms = profiled_steps(config, args.warmup, args.steps)
+        step_ms = ms["step"]
+        print(f"\n{heads} head{'s' if heads > 1 else ''}: one training step under the profiler, "
+              f"{step_ms:.2f} ms (batch {config.data.batch_size} x {config.model.context}, "
+              f"{config.threads} threads)")
+        for name, value in breakdown(ms):
+            print(f"  {name:<52} {value:8.2f} ms  {value / step_ms:6.1%}")
+
+        tokens_per_step = config.data.batch_size * config.model.context
+        with tempfile.TemporaryDirectory() as scratch:
+            os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/profile.db"
+            plain = 1e3 * tokens_per_step / plain_loop(config, args.timed_steps)
+            stage = 1e3 * tokens_per_step / stage_trainer(config, args.timed_steps)
+        print(f"  Lightning overhead: stage {stage:.2f} ms - plain loop {plain:.2f} ms = "
+              f"{stage - plain:+.2f} ms per step ({(stage - plain) / plain:+.1%}), "
+              f"{args.timed_steps} steps each, no profiler")
+
+
+if __name__ == "__main__":
+    main()

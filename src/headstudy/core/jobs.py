@@ -1,0 +1,65 @@
+"""How many torch threads one job gets when several share this machine's cores.
+
+On 2 cores, two trainings of 2 threads each slow each other down far more than in
+proportion. `dvc queue start -j N` runs N experiments at once and tells them nothing of N,
+so a queued job counts the queue's live workers itself: DVC keeps a pid file per worker,
+<repo>/.dvc/tmp/exps/celery/dvc-exp-worker-K.pid, and names the user's repository (not the
+temporary copy the job runs in) in DVC_ROOT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+QUEUE_WORKERS = Path(".dvc") / "tmp" / "exps" / "celery"
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity), not all the machine has."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def queue_workers(repository: Path) -> int:
+    """DVC experiment-queue workers of `repository` that are running now."""
+    running = 0
+    for pid_file in (repository / QUEUE_WORKERS).glob("dvc-exp-worker-*.pid"):
+        info_file = pid_file.with_suffix(".json")
+        try:
+            pid = int(pid_file.read_text().strip())
+            finished = info_file.is_file() and json.loads(info_file.read_text()).get("returncode") is not None
+        except (OSError, ValueError):
+            continue
+        running += not finished and alive(pid)
+    return running
+
+
+def in_queued_experiment() -> bool:
+    """A DVC experiment running in a temporary copy of the repository, as the queue runs them."""
+    repository = os.environ.get("DVC_ROOT")
+    if not repository or "DVC_EXP_NAME" not in os.environ:
+        return False
+    return Path.cwd().resolve().is_relative_to((Path(repository) / QUEUE_WORKERS.parent).resolve())
+
+
+def torch_threads(requested: int) -> int:
+    """`requested` (the config's `threads`), or fewer in a queued experiment: the cores divided
+    among the queue's running jobs, so that they never ask for more threads than there are cores."""
+    if not in_queued_experiment():
+        return requested
+    jobs = max(1, queue_workers(Path(os.environ["DVC_ROOT"])))
+    return max(1, min(requested, cores() // jobs))

@@ -1,0 +1,241 @@
+"""Past one process: the larger presets, the trainer's device settings, trainings that share
+one tracking store, a shared MLflow server, a DVC remote and DVC's experiment queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import headstudy_environment
+from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.jobs import cores
+from headstudy.core.training import build_trainer
+from headstudy.count import count
+from tinyproject import TINY, commit, make_project, ran_stages, run, runs
+
+
+def decoder_parameters(vocab: int, context: int, width: int, layers: int, mlp: int) -> int:
+    """The architecture's count written out: embeddings (the token one is also the output layer),
+    per block two RMSNorms, q,k,v, the output projection with bias and the MLP with biases,
+    then the final RMSNorm."""
+    block = 2 * width + 3 * width * width + (width * width + width) + (2 * width * mlp + mlp + width)
+    return vocab * width + context * width + layers * block + width
+
+
+@pytest.mark.parametrize("preset, heads, shape", [
+    ("width768", 12, dict(context=1024, width=768, layers=12, mlp=3072)),
+    ("width4096", 32, dict(context=2048, width=4096, layers=32, mlp=16384)),
+])
+def test_larger_presets_pass_validation_and_count_without_allocating(in_project, preset, heads, shape):
+    config = compose_config([f"model={preset}"])
+    assert config.model.n_heads == heads and config.variant == str(heads)
+    assert count([f"model={preset}"])["params"] == decoder_parameters(1024, **shape)
+
+
+def test_width768_with_gpt2_vocabulary_has_gpt2_small_size(in_project):
+    # GPT-2 small has 124,439,808: 46,848 more, the biases of its LayerNorms and of q,k,v.
+    assert count(["model=width768", "data.vocab_size=50257"])["params"] == 124_392_960
+
+
+def test_batch_that_does_not_split_evenly_among_processes_is_refused(in_project):
+    config = compose_config(["data.batch_size=7", "trainer.devices=2", "trainer.strategy=ddp"])
+    with pytest.raises(ConfigError, match=r"data\.batch_size=7 must be divisible by .* = 2 processes"):
+        build_trainer(config, [])
+
+
+@pytest.mark.parametrize("override", ["trainer.accelerator=abacus", "trainer.precision=7-bit"])
+def test_bad_trainer_choice_is_a_one_line_error_naming_the_trainer_keys(in_project, override):
+    with pytest.raises(ConfigError, match=r"trainer\.accelerator=\w+, trainer\.devices=1, .*trainer\.precision=") as error:
+        build_trainer(compose_config([override]), [])
+    assert override in str(error.value) and "\n" not in str(error.value)
+
+
+TINY_TRAINING = ["model=tiny", "threads=1", "data.batch_size=8", "trainer.max_steps=20",
+                 "trainer.val_every_steps=10", "trainer.loss_points=4"]
+
+
+def assert_every_metric_recorded(client: MlflowClient, run) -> None:
+    assert run.info.status == "FINISHED"
+    history = {key: sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
+               for key in ("train/loss", "val/ppl", "model/parameter_count", "train/tokens_per_sec")}
+    assert history == {"train/loss": [4, 9, 14, 19], "val/ppl": [10, 20], "model/parameter_count": [20],
+                       "train/tokens_per_sec": [20]}
+
+
+# Each process gets ready (imports, config, the model), then waits for the same file to appear,
+# so that all of them reach the new store within a millisecond of each other.
+AT_THE_SIGNAL = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from headstudy.core.config import compose_config
+    from headstudy.train import train
+    overrides = sys.argv[1:]
+    config = compose_config(overrides)
+    Path("ready").touch()
+    while not Path("../go").exists():
+        time.sleep(0.001)
+    train(config, overrides)
+""")
+
+
+@pytest.mark.slow
+def test_three_trainings_starting_together_on_a_new_store_record_every_metric(tmp_path, small_corpus):
+    env = headstudy_environment(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    trainings = []
+    for seed in range(3):
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir()
+        command = [sys.executable, "-c", AT_THE_SIGNAL, *TINY_TRAINING, *small_corpus, f"seed={seed}"]
+        trainings.append(subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + 300
+    while not all((tmp_path / f"seed{seed}" / "ready").exists() for seed in range(3)):
+        assert all(training.poll() is None for training in trainings), "a training ended before the signal"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
+    outputs = [training.communicate(timeout=600)[0] for training in trainings]
+
+    for training, output in zip(trainings, outputs):
+        assert training.returncode == 0, output[-3000:]
+        assert "database is locked" not in output and "_alembic_tmp" not in output
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [experiment] = client.search_experiments(filter_string="name = 'headstudy'")
+    tracked = client.search_runs([experiment.experiment_id])
+    assert sorted(r.data.params["seed"] for r in tracked) == ["0", "1", "2"]
+    for tracked_run in tracked:
+        assert_every_metric_recorded(client, tracked_run)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real `mlflow server` on 127.0.0.1, backed by SQLite, serving artifacts: as README's
+    "Sharing runs" starts it, on a free port."""
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(
+        ["mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "server-artifacts"),
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "mlflow server did not answer within 180 s"
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    yield url
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=60)
+    log.close()
+
+
+@pytest.mark.slow
+def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, small_corpus, mlflow_server):
+    result = subprocess.run(["headstudy", "train", *TINY_TRAINING, *small_corpus], cwd=tmp_path,
+                            env=headstudy_environment(mlflow_server), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists()
+
+    client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("headstudy")
+    assert experiment.artifact_location.startswith("mlflow-artifacts:")  # served, not a local path
+    [tracked] = client.search_runs([experiment.experiment_id])
+    assert_every_metric_recorded(client, tracked)
+    record = json.loads((tmp_path / "models/h1-s0/run.json").read_text())
+    assert tracked.data.tags["weights.sha256"] == record["weights_sha256"]
+    downloaded = client.download_artifacts(tracked.info.run_id, "model.pt", str(tmp_path / "download"))
+    assert Path(downloaded).read_bytes() == (tmp_path / "models/h1-s0/model.pt").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory) -> Path:
+    """The tiny study, reproduced once and committed with its dvc.lock; 20 training steps."""
+    tiny = {**TINY, "trainer": {"max_steps": 20, "val_every_steps": 10}}
+    project = make_project(tmp_path_factory.mktemp("shared") / "project", tiny)
+    run(project, "dvc", "repro")
+    commit(project, "tiny study, reproduced")
+    return project
+
+
+REPORT = ["reports/results.md", "reports/results.html", "reports/summary.json",
+          "reports/figures/validation_curves.png", "reports/figures/test_perplexity.png"]
+
+
+@pytest.mark.slow
+def test_outputs_pushed_to_a_remote_and_pulled_into_a_fresh_clone_reproduce_nothing(reproduced, tmp_path):
+    run(reproduced, "dvc", "remote", "add", "--default", "shared", str(tmp_path / "remote"))
+    run(reproduced, "dvc", "push")
+    commit(reproduced, "DVC remote")
+
+    clone = tmp_path / "clone"
+    run(tmp_path, "git", "clone", "-q", str(reproduced), str(clone))
+    assert not (clone / "models").exists() or not any((clone / "models").glob("h*"))
+    run(clone, "dvc", "pull")
+    result = run(clone, "dvc", "repro")
+    assert ran_stages(result.stdout) == set()
+    assert "Data and pipelines are up to date" in result.stdout
+    for path in REPORT:
+        assert (clone / path).read_bytes() == (reproduced / path).read_bytes(), path
+    assert (clone / "models/h1-s0/model.pt").read_bytes() == (reproduced / "models/h1-s0/model.pt").read_bytes()
+
+
+def queue_states(project: Path) -> list[str]:
+    """The last column of `dvc queue status`: Queued, Running, Success or Failed per experiment."""
+    lines = run(project, "dvc", "queue", "status").stdout.splitlines()
+    table = lines[1 : lines.index("")] if "" in lines else lines[1:]
+    return [line.split()[-1] for line in table]
+
+
+@pytest.mark.slow
+def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced):
+    before = {r.info.run_id for r in runs(reproduced)}
+    # Both differ from the committed study (20 steps), so each one trains.
+    for steps in (10, 30):
+        run(reproduced, "dvc", "exp", "run", "--queue", "--name", f"steps{steps}", "-S", f"trainer.max_steps={steps}")
+    run(reproduced, "dvc", "queue", "start", "--jobs", "2")
+    deadline = time.monotonic() + 600
+    try:
+        while {"Queued", "Running"} & set(queue_states(reproduced)):
+            assert time.monotonic() < deadline, "the queue did not finish within 600 s"
+            time.sleep(2)
+    finally:
+        run(reproduced, "dvc", "queue", "stop", check=False)
+    assert queue_states(reproduced) == ["Success", "Success"], run(reproduced, "dvc", "queue", "logs", "steps10").stdout
+
+    # The training runs; each experiment also opened a parent run for its study execution.
+    new = [r for r in runs(reproduced) if r.info.run_id not in before and "weights.sha256" in r.data.tags]
+    assert sorted(int(r.data.params["trainer.max_steps"]) for r in new) == [10, 30]
+    # Two jobs on this machine's cores, never more threads than the config's `threads` (2).
+    assert {r.data.tags["env.threads"] for r in new} == {str(max(1, min(2, cores() // 2)))}
+    assert all(r.info.status == "FINISHED" and "test/ppl" in r.data.metrics for r in new)
+
+    shown = json.loads(run(reproduced, "dvc", "exp", "show", "--json").stdout)
+    experiments = {exp["name"]: exp for baseline in shown for exp in baseline.get("experiments") or []}
+    for name, tracked in [(f"steps{r.data.params['trainer.max_steps']}", r) for r in new]:
+        [revision] = experiments[name]["revs"]
+        metrics = revision["data"]["metrics"]["metrics/h1-s0.json"]["data"]
+        assert metrics["test_ppl"] == tracked.data.metrics["test/ppl"]
