@@ -34,7 +34,7 @@ import torch
 from headstudy.core.config import compose_config, model_config
 from headstudy.core.data import load_tokens
 from headstudy.core.model import Decoder, next_token_loss
-from headstudy.core.training import LanguageModelModule, Throughput, TokenDataModule, TrainingBatches
+from headstudy.core.training import LanguageModelModule, StepProgressBar, Throughput, TokenDataModule, TrainingBatches
 
 HEAD_COUNTS = (1, 4)
 COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -119,7 +119,7 @@ def stage_trainer(config, steps: int) -> float:
     datamodule = TokenDataModule(config.paths.prepared, config.data.batch_size,
                                  config.model.context, config.seed, config.trainer.val_every_steps)
     throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, [throughput])
+    trainer = build_trainer(config, [throughput, StepProgressBar(throughput)])
     trainer.logger = tracking.training_logger(None, "throughput-benchmark")
     trainer.fit(module, datamodule=datamodule)
     return throughput.tokens_per_sec
