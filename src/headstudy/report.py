@@ -172,6 +172,14 @@ def comparison_blocks(found: list[dict], rows: list[dict], settings: dict) -> li
     return blocks
 
 
+def exp_show_columns(found: list[dict]) -> dict:
+    """The comparisons once more, keyed `B_vs_A` with one number per key, which `dvc exp show`
+    can put in columns (`compare.4_vs_1.relative`); it shows a list as one string."""
+    return {f"{c['variant_b']}_vs_{c['variant_a']}": {
+        "relative": c["relative"], "relative_ci95_low": c["relative_ci95"][0],
+        "relative_ci95_high": c["relative_ci95"][1], "diff_mean": c["diff_mean"]} for c in found}
+
+
 def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[list, dict]:
     """The budget paragraph from the study's own curves, the criterion of report.budget, and the
     long runs' evidence with its figure."""
@@ -294,7 +302,8 @@ def report(config: DictConfig, study: dict, settings: dict) -> dict:
         ("table", results_table(rows, baselines, stats["vocab_size"])),
         *comparison_blocks(found, rows, settings),
     ]
-    summary = {"rows": rows, "baselines": {k: baselines[k] for k in ("unigram", "bigram")}, "comparisons": found}
+    summary = {"rows": rows, "baselines": {k: baselines[k] for k in ("unigram", "bigram")}, "comparisons": found,
+               "compare": exp_show_columns(found)}
     if settings.get("matched_control"):
         control = control_sentence(found, settings["matched_control"])
         if control:
