@@ -79,3 +79,17 @@ def test_weights_hash_sees_a_single_changed_weight(in_project):
 def test_each_bad_value_is_named_by_its_key(in_project, override, key):
     with pytest.raises(ConfigError, match=f"^{key} must be"):
         compose_config([override])
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_fused_attention_of_training_agrees_with_the_explicit_attention_of_inspect(in_project, heads):
+    torch.manual_seed(0)
+    model = Decoder(model_config(compose_config([f"model.n_heads={heads}"]))).eval()
+    tokens = torch.randint(0, 1024, (2, 128))
+    with torch.no_grad():
+        fused = model(tokens)
+        for block in model.blocks:
+            block.attention.capture_weights = True
+        explicit = model(tokens)
+    assert model.blocks[0].attention.captured_weights is not None  # the explicit path ran
+    assert torch.allclose(fused, explicit, rtol=0, atol=1e-6), (fused - explicit).abs().max()
