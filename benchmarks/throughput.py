@@ -5,7 +5,8 @@ this machine's measured matmul peak (model FLOPs utilisation), for 1 and 4 heads
 
 For each head count, in one process:
 - tokens/s of the stage's Trainer (`build_trainer` with the MLflow logger and progress bar, as
-  `headstudy train` runs it; validation time left out) and of a plain loop (the same model,
+  `headstudy train` runs it, less its resume checkpoint, written once per validation interval;
+  validation time left out) and of a plain loop (the same model,
   with the same SDPA attention, batches, optimiser, schedule and threads). Rounds alternate
   the two, so drift in the machine's speed hits both.
 - the model FLOPs per trained token, counted from the config (see `training_flops`);
@@ -34,7 +35,8 @@ import torch
 from headstudy.core.config import compose_config, model_config
 from headstudy.core.data import load_tokens
 from headstudy.core.model import Decoder, next_token_loss
-from headstudy.core.training import LanguageModelModule, StepProgressBar, Throughput, TokenDataModule, TrainingBatches
+from headstudy.core.training import (LanguageModelModule, StepProgressBar, Throughput, TokenDataModule, TrainingBatches,
+                                     build_trainer)
 
 HEAD_COUNTS = (1, 4)
 COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -112,7 +114,6 @@ def plain_loop(config, steps: int) -> float:
 def stage_trainer(config, steps: int) -> float:
     """The `train` stage's own Trainer, logger and progress bar: tokens/s from its Throughput."""
     from headstudy.core import tracking
-    from headstudy.core.training import build_trainer
 
     torch.manual_seed(config.seed)
     module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, steps, config.trainer.compile)

@@ -304,3 +304,13 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
         assert f"headstudy prepare: error: {message}" in result.stderr + result.stdout
         assert "Traceback" not in result.stderr + result.stdout
         assert not (project / "data" / "prepared").exists()
+
+
+@pytest.mark.parametrize("params, named", [
+    ({"study": {"variants": [1], "seeds": [0]}}, "expected a `report:` section"),
+    ({"study": {"variants": [1], "seeds": [0]}, "report": {"compare": []}}, "report.title is missing"),
+])
+def test_report_refuses_params_without_the_keys_it_reads(tmp_path, params, named):
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert_refused(headstudy(tmp_path, "report"), "report", "params.yaml", named)
+    assert not (tmp_path / "reports").exists()

@@ -11,7 +11,6 @@ second copy of the attention maths.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +21,12 @@ from tokenizers import Tokenizer
 
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.data import TOKENIZER_FILE, load_tokens, stream_batches
-from headstudy.core.files import write_atomically
+from headstudy.core.files import write_json
 from headstudy.core.model import Decoder
 from headstudy.core.perplexity import perplexity, stream_nll
 from headstudy.core.trained import load_trained
 from headstudy.reporting import figures
-from headstudy.reporting.statistics import mean_ci95
+from headstudy.reporting.statistics import mean_ci95, nan_to_null
 
 PARAMS_FILE = Path("params.yaml")
 SCORES = ("previous_token", "self", "first_position", "distance", "entropy", "uniform_entropy")
@@ -244,9 +243,12 @@ def main(overrides: list[str]) -> None:
     config = compose_config(overrides)
     if not PARAMS_FILE.is_file():
         raise ConfigError(f"{PARAMS_FILE} not found: run inspect from the study's folder")
-    result = inspect(config, yaml.safe_load(PARAMS_FILE.read_text())["study"], overrides)
+    params = yaml.safe_load(PARAMS_FILE.read_text())
+    if not isinstance(params, dict) or not isinstance(params.get("study"), dict):
+        raise ConfigError(f"{PARAMS_FILE}: expected a `study:` section")
+    result = inspect(config, params["study"], overrides)
     head_scores = figures.head_scores(result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png")
     result["figures"]["head_scores"] = str(head_scores)
-    write_atomically(Path(config.paths.reports) / "heads.json", json.dumps(result, indent=2) + "\n")
+    write_json(Path(config.paths.reports) / "heads.json", nan_to_null(result))
     for claim in result["claims"]:
         print(claim["sentence"])

@@ -19,11 +19,11 @@ from omegaconf import DictConfig
 
 from headstudy.core import tracking
 from headstudy.core.config import ConfigError, compose_config
-from headstudy.core.files import write_atomically
+from headstudy.core.files import write_atomically, write_json
 from headstudy.reporting import figures
 from headstudy.reporting.heads import heads_blocks
 from headstudy.reporting.render import to_html, to_markdown
-from headstudy.reporting.statistics import paired_difference, perplexity_ci95, share_explained, verdict
+from headstudy.reporting.statistics import nan_to_null, paired_difference, perplexity_ci95, share_explained, verdict
 
 PARAMS_FILE = Path("params.yaml")
 
@@ -31,7 +31,10 @@ PARAMS_FILE = Path("params.yaml")
 def read_json(path: Path) -> dict:
     if not Path(path).is_file():
         raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
-    return json.loads(Path(path).read_text())
+    try:
+        return json.loads(Path(path).read_text())
+    except ValueError as error:
+        raise ConfigError(f"{path} is not valid JSON ({error}): run `dvc repro` to produce it again") from None
 
 
 def label(variant: str, labels: dict) -> str:
@@ -225,27 +228,30 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
     result["criterion_met"] = bool(met)
     blocks = [("heading", "Budget"), ("text", text + ".")]
     evidence_dir = Path(budget["evidence"])
-    evidence = {label(p.stem[1:].rsplit("-s", 1)[0], settings.get("labels", {})): pd.read_csv(p)
-                for p in sorted(evidence_dir.glob("h*-s*.csv"))}
-    if len(evidence) == 2:
-        (name_a, curve_a), (name_b, curve_b) = evidence.items()
-        long_gap = (curve_b.set_index("tokens")["val_ppl"] / curve_a.set_index("tokens")["val_ppl"] - 1).rename(
-            f"{name_b} against {name_a}")
-        figure = figures.budget_evidence(evidence, long_gap, tokens, figure_dir / "budget_evidence.png")
-        reached = long_gap.index >= tokens
-        at_budget = float(long_gap[reached].iloc[0]) if reached.any() else math.nan
-        blocks += [
-            ("text", f"Evidence for the budget ({evidence_dir}): one long run per head count, seed 0, "
-                     f"{long_gap.index.max() / 1e6:.1f} million tokens under one schedule, validated every "
-                     f"{long_gap.index[1] - long_gap.index[0]:,} tokens. The relative gap goes from "
-                     f"{long_gap.iloc[0]:+.1%} at the first validation to {at_budget:+.1%} at this study's budget and "
-                     f"{long_gap.iloc[-1]:+.1%} at the end. Points before the end of a long run are taken at a higher "
-                     "learning rate than a run of that length ends with, so they overstate the perplexity such a run "
-                     "reaches."),
-            ("figure", figure),
-        ]
-        result["evidence"] = {"gap_first": float(long_gap.iloc[0]), "gap_at_budget": at_budget,
-                              "gap_last": float(long_gap.iloc[-1]), "tokens": int(long_gap.index.max())}
+    runs = sorted(evidence_dir.glob("h*-s*.csv"))
+    if len(runs) != 2:
+        raise ConfigError(f"report.budget.evidence={evidence_dir}: expected the curves of two long runs "
+                          f"(hA-sS.csv and hB-sS.csv), found {len(runs)}")
+    evidence = {"{}, seed {}".format(label(variant, settings.get("labels", {})), seed): pd.read_csv(p)
+                for p in runs for variant, seed in [p.stem[1:].rsplit("-s", 1)]}
+    (name_a, curve_a), (name_b, curve_b) = evidence.items()
+    long_gap = (curve_b.set_index("tokens")["val_ppl"] / curve_a.set_index("tokens")["val_ppl"] - 1).rename(
+        f"{name_b} against {name_a}")
+    figure = figures.budget_evidence(evidence, long_gap, tokens, figure_dir / "budget_evidence.png")
+    reached = long_gap.index >= tokens
+    at_budget = float(long_gap[reached].iloc[0]) if reached.any() else math.nan
+    blocks += [
+        ("text", f"Evidence for the budget ({evidence_dir}): one long run per head count ({' and '.join(evidence)}), "
+                 f"{long_gap.index.max() / 1e6:.1f} million tokens under one schedule, validated every "
+                 f"{long_gap.index[1] - long_gap.index[0]:,} tokens. The relative gap goes from "
+                 f"{long_gap.iloc[0]:+.1%} at the first validation to {at_budget:+.1%} at this study's budget and "
+                 f"{long_gap.iloc[-1]:+.1%} at the end. Points before the end of a long run are taken at a higher "
+                 "learning rate than a run of that length ends with, so they overstate the perplexity such a run "
+                 "reaches."),
+        ("figure", figure),
+    ]
+    result["evidence"] = {"gap_first": float(long_gap.iloc[0]), "gap_at_budget": at_budget,
+                          "gap_last": float(long_gap.iloc[-1]), "tokens": int(long_gap.index.max())}
     return blocks, result
 
 
@@ -269,17 +275,6 @@ def sweep_section(rows: list[dict], found: list[dict], bigram: float, figure_dir
                  f"ours {'agrees' if agrees else 'does not agree'} with that shape.")
     return [("heading", "Head-count sweep"), ("text", sentence), ("figure", figure)], {
         "best_heads": best["heads"], "falls_to_16": falls, "agrees_with_vaswani": agrees}
-
-
-def nan_to_null(value):
-    """JSON has no NaN: an interval that one seed cannot give is null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: nan_to_null(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [nan_to_null(item) for item in value]
-    return value
 
 
 def report(config: DictConfig, study: dict, settings: dict) -> dict:
@@ -331,7 +326,7 @@ def report(config: DictConfig, study: dict, settings: dict) -> dict:
     ]
     if settings.get("inspect"):
         blocks += heads_blocks(read_json(reports_dir / "heads.json"), labels)
-    write_atomically(reports_dir / "summary.json", json.dumps(nan_to_null(summary), indent=2) + "\n")
+    write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
     print(results_table(rows, baselines, stats["vocab_size"]).to_string(index=False))
@@ -344,6 +339,12 @@ def main(overrides: list[str]) -> None:
     if not PARAMS_FILE.is_file():
         raise ConfigError(f"{PARAMS_FILE} not found: run the report from the study's folder")
     params = yaml.safe_load(PARAMS_FILE.read_text())
+    for section, keys in (("study", ("variants", "seeds")), ("report", ("title",))):
+        if not isinstance(params, dict) or not isinstance(params.get(section), dict):
+            raise ConfigError(f"{PARAMS_FILE}: expected a `{section}:` section")
+        missing = [key for key in keys if key not in params[section]]
+        if missing:
+            raise ConfigError(f"{PARAMS_FILE}: {section}.{missing[0]} is missing")
     config = compose_config(overrides)
     summary = report(config, params["study"], params["report"])
     reports = Path(config.paths.reports)

@@ -86,7 +86,7 @@ def budget_evidence(curves: dict[str, pd.DataFrame], gap: pd.Series, budget_toke
         ppl.plot(curve["tokens"], curve["val_ppl"], marker="o", markersize=2, label=label)
     plain_log_y(ppl)
     ppl.set_ylabel("validation perplexity per token (log scale)")
-    ppl.set_title("One long run per head count (seed 0)")
+    ppl.set_title("One long run per head count")
     relative.plot(gap.index, 100 * gap.values, marker="o", markersize=2, color="tab:purple")
     relative.axhline(0, color="gray", linewidth=0.8)
     relative.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:+g}%"))

@@ -75,3 +75,14 @@ def share_explained(total: dict, by_parameters: dict) -> float:
     """The share of the log-perplexity gain `total` (e.g. 4 heads against 1 head) that
     `by_parameters` (the matched control against the same baseline) reproduces."""
     return by_parameters["log_ratio"] / total["log_ratio"]
+
+
+def nan_to_null(value):
+    """JSON has no NaN: an interval that one seed cannot give is null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: nan_to_null(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [nan_to_null(item) for item in value]
+    return value
