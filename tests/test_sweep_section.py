@@ -24,7 +24,7 @@ FALLING = {1: 20.0, 2: 19.0, 4: 18.9, 8: 19.1, 16: 18.5, 32: 19.0}  # 8 heads of
 @pytest.mark.parametrize("means, found, agrees, phrase", [
     (FALLING, [drop(+0.03, True)], True, "so it has that shape."),
     (FALLING, [drop(+0.03, False)], None, "these seeds cannot tell"),
-    (FALLING, [drop(-0.03, True)], False, "does not have that shape"),
+    (FALLING, [drop(-0.03, True)], False, "so its means do not have that shape"),
     ({**FALLING, 16: 19.5}, [drop(+0.03, True)], False, "does not fall at every step of 1 to 4 to 16 heads"),
 ])
 def test_sweep_agrees_with_vaswani_only_when_the_numbers_say_so(tmp_path, means, found, agrees, phrase):
