@@ -76,3 +76,10 @@ def small_corpus(tmp_path_factory) -> list[str]:
 def headstudy_environment(tracking_uri: str) -> dict[str, str]:
     """For `headstudy` run from a scratch folder: this project's conf/ and the given store."""
     return {**os.environ, "HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": tracking_uri}
+
+
+def pytest_collection_modifyitems(items):
+    """Files with slow tests first, each file's tests in their own order: parallel workers, one
+    file at a time, start on the long files and finish close together."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -22,7 +22,8 @@ from headstudy.core.config import ConfigError
 from headstudy.core.files import write_json
 
 DATA = ["data=textdir", "data.dir=corpus", "data.vocab_size=300", "paths.prepared=prepared"]
-TINY = ["model=tiny", "trainer.max_steps=20", "trainer.val_every_steps=10"]
+# One thread: another test file may be training beside this one.
+TINY = ["model=tiny", "threads=1", "trainer.max_steps=20", "trainer.val_every_steps=10"]
 WORDS = "the cat sat on a mat dog ran after bird sang wet street animal crossed at night".split()
 
 
@@ -157,7 +158,7 @@ def test_model_folder_holds_only_content_that_a_retrain_reproduces(work, trained
 @pytest.mark.slow
 def test_tiny_budgets_train(work):
     for steps, every in ((1, 250), (3, 1)):
-        result = headstudy(work, "train", *DATA, "model=tiny", f"seed={10 + steps}",
+        result = headstudy(work, "train", *DATA, "model=tiny", "threads=1", f"seed={10 + steps}",
                            f"trainer.max_steps={steps}", f"trainer.val_every_steps={every}")
         assert result.returncode == 0, result.stderr
         assert (work / "models" / f"h1-s{10 + steps}" / "model.pt").is_file()

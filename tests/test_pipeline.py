@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 TINY = {
     "study": {"variants": [1, "1-mix"], "seeds": [0]},
     "model": {"preset": "tiny"},
-    "trainer": {"max_steps": 200, "val_every_steps": 50},
+    "trainer": {"max_steps": 100, "val_every_steps": 25},
 }
 
 
@@ -95,9 +95,10 @@ def test_changing_the_budget_retrains_every_model(project):
 def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     uninterrupted = json.loads((project / "models/h1-s0/run.json").read_text())
     shutil.rmtree(project / "models/h1-s0")
-    # Forced: DVC would otherwise check the model out of its cache instead of training it.
+    # Forced, and this stage alone: DVC would otherwise check the model out of its cache
+    # instead of training it, and force the stages upstream too.
     killed = subprocess.Popen(
-        ["dvc", "repro", "--force", "train@1-0"], cwd=project, env=environment(), start_new_session=True,
+        ["dvc", "repro", "--force", "--single-item", "train@1-0"], cwd=project, env=environment(), start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     checkpoints = project / "checkpoints"
@@ -110,7 +111,7 @@ def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     killed.wait()
     assert not (project / "models/h1-s0").exists()
 
-    result = run(project, "dvc", "repro", "--force", "train@1-0")
+    result = run(project, "dvc", "repro", "--force", "--single-item", "train@1-0")
     assert "resuming h1-s0" in result.stdout
     # The model folder holds only what the inputs determine: the same bytes, though the
     # training ran as another MLflow run, killed and resumed.

@@ -23,6 +23,7 @@ import torch
 import yaml
 
 from conftest import ROOT
+from tinyproject import set_threads
 from headstudy.core import tracking
 from headstudy.core.trained import load_model
 from headstudy.reporting.statistics import paired_difference
@@ -50,6 +51,7 @@ def tiny_project(project: Path) -> None:
             shutil.copytree(source, project / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(source, project / item)
+    set_threads(project, 1)
     textdir = project / "conf/data/textdir.yaml"
     textdir.write_text(textdir.read_text().replace("vocab_size: 1024", "vocab_size: 300"))
     rng = random.Random(0)

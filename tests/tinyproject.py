@@ -54,7 +54,16 @@ def commit(project: Path, message: str) -> None:
     run(project, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
 
 
-def make_project(project: Path, tiny: dict = TINY) -> Path:
+def set_threads(project: Path, threads: int) -> None:
+    """The torch threads of every stage: 1 lets two test files train side by side on two cores
+    (two trainings of 2 threads each slow each other down far more than twice)."""
+    config = project / "conf" / "config.yaml"
+    text = config.read_text()
+    assert "\nthreads: 2\n" in text, "conf/config.yaml no longer sets threads: 2"
+    config.write_text(text.replace("\nthreads: 2\n", f"\nthreads: {threads}\n"))
+
+
+def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
     """A git repository with DVC initialised and one commit: the pipeline, not yet run."""
     project.mkdir(parents=True, exist_ok=True)
     # The budget evidence is a committed file that the report reads; the studies' own pipelines stay out.
@@ -64,6 +73,7 @@ def make_project(project: Path, tiny: dict = TINY) -> Path:
             shutil.copytree(source, project / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(source, project / item)
+    set_threads(project, threads)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for section, values in tiny.items():
         params[section].update(values)
