@@ -34,7 +34,7 @@ def test_command_help_describes_it_and_names_its_config_groups_and_their_options
     assert result.returncode == 0
     text = result.stdout
     assert text.startswith("usage: headstudy train [key=value ...]")
-    assert "one model for one (head count, seed)" in text
+    assert "one model for one (variant, seed)" in text
     groups = {line.split()[0]: line for line in text.splitlines() if "options:" in line}
     assert set(groups) == {"data", "model", "trainer", "optimizer"}
     assert "course (default), tiny" in groups["model"] and "ptb (default), textdir" in groups["data"]

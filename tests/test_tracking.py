@@ -264,3 +264,17 @@ def test_dvc_plots_show_only_the_current_study_and_need_no_network(tmp_path):
     page = (project / "dvc_plots/index.html").read_text()
     assert "function vegaEmbed" in page and "vegaEmbed('#metrics_curves_h1-s0_csv'" in page
     assert "<script src" not in page and "cdn." not in page
+
+
+def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow_client, experiment_id = tracking.client(), tracking.experiment_id()
+    tracking.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])
+    tracking.save_results_view(mlflow_client, experiment_id, ["compare/8_vs_4/relative"])
+    tracking.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])  # the first study again
+
+    saved = mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"]
+    columns = json.loads(json.loads(saved)["state"])["selectedColumns"]
+    assert columns[:len(tracking.RESULTS_COLUMNS)] == tracking.RESULTS_COLUMNS
+    assert columns[len(tracking.RESULTS_COLUMNS):] == ["metrics.`compare/4_vs_1/relative`",
+                                                      "metrics.`compare/8_vs_4/relative`"]

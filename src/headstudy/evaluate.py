@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from headstudy.core import tracking
+from headstudy.core import jobs, tracking
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.data import check_length, load_stats, load_tokens, tokens_path
 from headstudy.core.files import refuse_pipeline_outputs, write_json
@@ -24,7 +24,7 @@ from headstudy.core.trained import load_trained, model_dir
 def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     """run_id: the MLflow run to log test/ppl to; by default the run that trained these weights."""
     refuse_pipeline_outputs(config, "metrics")
-    torch.set_num_threads(config.threads)
+    torch.set_num_threads(jobs.torch_threads(config.threads))
     model, run = load_trained(config)
     prepared = Path(config.paths.prepared)
     test = load_tokens(prepared, "test")

@@ -19,6 +19,7 @@ import yaml
 from omegaconf import DictConfig
 from tokenizers import Tokenizer
 
+from headstudy.core import jobs
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.data import TOKENIZER_FILE, load_tokens, stream_batches
 from headstudy.core.files import write_json
@@ -196,7 +197,7 @@ def sentence_maps(model: Decoder, ids: list[int]) -> list[np.ndarray]:
 
 
 def inspect(config: DictConfig, study: dict, overrides: list[str]) -> dict:
-    torch.set_num_threads(config.threads)
+    torch.set_num_threads(jobs.torch_threads(config.threads))
     settings = config.inspect
     prepared = Path(config.paths.prepared)
     test = load_tokens(prepared, "test")

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from headstudy.core import tracking
 from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.data import load_stats
 from headstudy.core.files import write_atomically, write_json
 from headstudy.reporting import figures
 from headstudy.reporting.heads import heads_blocks
@@ -302,7 +303,7 @@ def report(config: DictConfig, study: dict, settings: dict) -> dict:
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
     metrics_dir, reports_dir = Path(config.paths.metrics), Path(config.paths.reports)
     figure_dir = reports_dir / "figures"
-    stats = read_json(Path(config.paths.prepared) / "stats.json")
+    stats = load_stats(Path(config.paths.prepared))
     baselines = read_json(Path(config.paths.baselines))
     bigram = baselines["bigram"]["test_ppl"]
     rows = summarise(study_metrics(metrics_dir, variants, seeds), variants, labels, bigram)

@@ -1,4 +1,4 @@
-"""Stage `train`: one model for one (head count, seed), tracked as one MLflow run, nested under
+"""Stage `train`: one model for one (variant, seed), tracked as one MLflow run, nested under
 the parent run of the study execution when DVC runs it.
 
 A kill midway loses at most one validation interval: the next `dvc repro` resumes from the
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from headstudy.core import jobs, tracking
 from headstudy.core.config import compose_config, config_digest, model_config, run_name
 from headstudy.core.data import TOKENIZER_FILE, check_training_data, sha256_file
-from headstudy.core.files import refuse_pipeline_outputs
+from headstudy.core.files import refuse_pipeline_outputs, write_atomically
 from headstudy.core.model import Decoder
 from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
 from headstudy.core.training import (LanguageModelModule, ResumeCheckpoint, StepProgressBar, Throughput,
@@ -146,25 +146,27 @@ def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:
     """Validation perplexity against training tokens, read back from the run: a resumed run's
     curve holds the points from before the kill too."""
     path = Path(config.paths.metrics) / "curves" / f"{run_name(config)}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
     tokens_per_step = config.data.batch_size * config.model.context
     lines = ["step,tokens,val_ppl"] + [f"{step},{step * tokens_per_step},{ppl!r}" for step, ppl in history]
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("\n".join(lines) + "\n")
-    partial.replace(path)
+    write_atomically(path, "\n".join(lines) + "\n")
 
 
 def dvc_locked_md5(prepared: Path) -> str:
-    """The prepared data's md5 as dvc.lock records it, if the pipeline has run."""
+    """The prepared data's md5 as the dvc.lock of the pipeline that writes it records it, if
+    that pipeline has run: this folder's, or for a study under studies/ that trains on the
+    project's data, the project's."""
     import yaml
 
-    lock = Path("dvc.lock")
-    if not lock.is_file():
-        return "none"
-    for stage in yaml.safe_load(lock.read_text()).get("stages", {}).values():
-        for out in stage.get("outs", []):
-            if Path(out["path"]) == prepared:
-                return out.get("md5", "none")
+    target = prepared.resolve()
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        lock = folder / "dvc.lock"
+        if lock.is_file():
+            for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
+                for out in stage.get("outs", []):
+                    if (folder / out["path"]).resolve() == target:
+                        return out.get("md5", "none")
+        if (folder / ".dvc").is_dir():  # the repository's root: no pipeline above it
+            break
     return "none"
 
 

@@ -159,7 +159,9 @@ def check_study(params_file: Path) -> None:
 
 
 def first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    """An exception's message in one line, for a one-line error."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def model_config(config: DictConfig):
@@ -212,6 +214,13 @@ def run_name(config: DictConfig) -> str:
     return f"h{config.variant}-s{config.seed}"
 
 
+# The settings that shape the trained weights. Not the later stages' groups, the other paths or
+# `threads` (1 and 2 threads give bit-identical weights): editing those must not discard the
+# resume state of a killed training.
+TRAINING_KEYS = ("data", "model", "trainer", "optimizer", "variant", "seed", "paths.prepared")
+
+
 def config_digest(config: DictConfig) -> str:
-    """Short hash of everything that shapes the trained weights, to key resume checkpoints."""
-    return hashlib.sha256(OmegaConf.to_yaml(config, sort_keys=True).encode()).hexdigest()[:16]
+    """Short hash of the settings that shape the trained weights, to key resume checkpoints."""
+    training = {key: OmegaConf.select(config, key) for key in TRAINING_KEYS}
+    return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(training), sort_keys=True).encode()).hexdigest()[:16]

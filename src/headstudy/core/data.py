@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headstudy.core.config import ConfigError
+from headstudy.core.config import ConfigError, first_line
 
 SPLITS = ("train", "valid", "test")
 TOKENIZER_FILE = "tokenizer.json"
@@ -45,11 +45,6 @@ def load_tokens(prepared: Path, split: str) -> np.ndarray:
         raise ConfigError(f"{path} holds token id {highest if highest >= vocab_size else lowest}, but the "
                           f"tokenizer has {vocab_size} tokens (ids 0 to {vocab_size - 1}): prepare the data again")
     return tokens
-
-
-def first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def load_stats(prepared: Path) -> dict:

@@ -38,8 +38,6 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 EXPERIMENT = "headstudy"
 DEFAULT_STORE = "mlflow.db"
-# Written by the pipeline itself: a change there is a result, not a change of code or params.
-PIPELINE_RESULTS = ("dvc.lock", "metrics", "reports")
 PARAMS_FILE = "params.yaml"
 # Config groups that shape later stages, not a training: kept out of a training run's params.
 NOT_TRAINING = ("paths", "baselines", "inspect")
@@ -146,7 +144,6 @@ def get_or_create_experiment(uri: str) -> str:
     return created
 
 
-
 def client() -> MlflowClient:
     uri = tracking_uri()
     ensure_store(uri)
@@ -170,13 +167,26 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 
 
 def save_results_view(mlflow_client: MlflowClient, experiment: str, extra_metrics: list[str]) -> None:
-    """The runs table with RESULTS_COLUMNS and extra_metrics (a study's comparisons), newest
-    first, saved in the envelope the 3.17 UI writes for a saved view."""
+    """The runs table with RESULTS_COLUMNS and extra_metrics (a study's comparisons) added to
+    the columns the view has, newest first, saved in the envelope the 3.17 UI writes for a saved
+    view. Added, not replaced: the studies of a project share the experiment, and one study's
+    report must not take away another's columns."""
     now = int(time.time() * 1000)
-    columns = RESULTS_COLUMNS + [f"metrics.`{key}`" for key in extra_metrics]
+    columns = RESULTS_COLUMNS + saved_view_columns(mlflow_client, experiment)
+    columns += [column for column in (f"metrics.`{key}`" for key in extra_metrics) if column not in columns]
     state = {"selectedColumns": columns, "orderByKey": "attributes.start_time", "orderByAsc": False}
     envelope = {"name": "headstudy results", "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
     mlflow_client.set_experiment_tag(experiment, VIEW_TAG_PREFIX + RESULTS_VIEW, json.dumps(envelope))
+
+
+def saved_view_columns(mlflow_client: MlflowClient, experiment: str) -> list[str]:
+    """The results view's columns beyond RESULTS_COLUMNS, as saved now (none if unreadable)."""
+    saved = mlflow_client.get_experiment(experiment).tags.get(VIEW_TAG_PREFIX + RESULTS_VIEW)
+    try:
+        columns = json.loads(json.loads(saved)["state"])["selectedColumns"] if saved else []
+    except (ValueError, KeyError, TypeError):
+        return []
+    return [column for column in columns if column not in RESULTS_COLUMNS]
 
 
 def ui_url(run_id: str | None = None) -> str:
@@ -576,12 +586,12 @@ def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
 def check_store() -> None:
     """Open the store (creating it if new) before any work: a store that cannot be opened stops
     the command with one line instead of a traceback from deep inside MLflow."""
-    from headstudy.core.config import ConfigError
+    from headstudy.core.config import ConfigError, first_line
 
     try:
         experiment_id()
     except Exception as error:  # whatever the backend raises, the store is unusable
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        message = first_line(error)
         source = "MLFLOW_TRACKING_URI" if "MLFLOW_TRACKING_URI" in os.environ else "the default store"
         raise ConfigError(f"cannot open the MLflow store {tracking_uri()} ({source}): {message}") from None
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.core.config import ConfigError, run_name
+from headstudy.core.config import ConfigError, first_line, run_name
 from headstudy.core.data import check_vocab_size, digest_of, prepared_file_hashes
 from headstudy.core.files import write_json
 from headstudy.core.model import Decoder, ModelConfig, weights_sha256
@@ -93,7 +93,7 @@ def load_model(directory: Path) -> Decoder:
         model.load_state_dict(saved["state_dict"])
     except (RuntimeError, OSError, EOFError, KeyError, TypeError, ValueError,
             pickle.UnpicklingError, zipfile.BadZipFile) as error:
-        raise ConfigError(f"{path} is not a readable headstudy model ({str(error).strip().splitlines()[0]}): "
+        raise ConfigError(f"{path} is not a readable headstudy model ({first_line(error)}): "
                           "train it again") from None
     return model.eval()
 

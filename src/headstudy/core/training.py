@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from headstudy.core.config import ConfigError
+from headstudy.core.config import ConfigError, first_line
 from headstudy.core.data import load_tokens, stream_batches, training_batch
 from headstudy.core.model import Decoder, next_token_loss
 
@@ -302,7 +302,7 @@ def build_trainer(config: DictConfig, callbacks: list[L.Callback]) -> L.Trainer:
     except (MisconfigurationException, ValueError, ImportError) as error:  # what Lightning says of a bad choice
         chosen = ", ".join(f"trainer.{key}={settings[key]}"
                            for key in ("accelerator", "devices", "num_nodes", "strategy", "precision"))
-        raise ConfigError(f"{chosen}: {str(error).strip().splitlines()[0]}") from None
+        raise ConfigError(f"{chosen}: {first_line(error)}") from None
     if config.data.batch_size % trainer.world_size:
         raise ConfigError(
             f"data.batch_size={config.data.batch_size} must be divisible by trainer.devices x "

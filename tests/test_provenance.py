@@ -1,0 +1,38 @@
+"""What keys a training's resume state and what its MLflow run records of the data's DVC version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from headstudy.core.config import compose_config, config_digest
+from headstudy.train import dvc_locked_md5
+
+
+@pytest.mark.parametrize("override", ["threads=1", "inspect.batch_size=3", "paths.reports=elsewhere",
+                                      "baselines.add_k=0.5"])
+def test_settings_of_later_stages_keep_a_killed_trainings_resume_key(in_project, override):
+    assert config_digest(compose_config([override])) == config_digest(compose_config([]))
+
+
+@pytest.mark.parametrize("override", ["seed=1", "model.n_heads=4", "optimizer.lr=0.01", "trainer.max_steps=7",
+                                      "data.batch_size=16", "paths.prepared=other"])
+def test_settings_that_shape_the_weights_change_the_resume_key(in_project, override):
+    assert config_digest(compose_config([override])) != config_digest(compose_config([]))
+
+
+def test_a_study_under_studies_records_the_md5_of_the_projects_prepared_data(tmp_path, monkeypatch):
+    (tmp_path / ".dvc").mkdir()
+    lock = {"schema": "2.0", "stages": {"prepare": {"cmd": "headstudy prepare",
+                                                    "outs": [{"path": "data/prepared", "md5": "0123.dir"}]}}}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    study = tmp_path / "studies" / "sweep"
+    study.mkdir(parents=True)
+    (study / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {}}))
+    monkeypatch.chdir(study)
+    assert dvc_locked_md5(Path("../../data/prepared")) == "0123.dir"
+    assert dvc_locked_md5(Path("../../data/other")) == "none"
+    monkeypatch.chdir(tmp_path)
+    assert dvc_locked_md5(Path("data/prepared")) == "0123.dir"
