@@ -3,8 +3,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -83,3 +89,36 @@ def pytest_collection_modifyitems(items):
     file at a time, start on the long files and finish close together."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def served_mlflow(backend_uri: str, log_file: Path, *options: str) -> Iterator[str]:
+    """A real `mlflow server` on a free port of 127.0.0.1, as README's "Sharing runs" starts
+    it, until the block ends; yields its URL. Its output goes to log_file."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with open(log_file, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri, *options,
+             "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1], "--workers", "1"],
+            cwd=log_file.parent, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                assert server.poll() is None, Path(log_file).read_text()[-3000:]
+                assert time.monotonic() < deadline, "mlflow server did not answer within 180 s"
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=2):
+                        break
+                except OSError:
+                    time.sleep(0.5)
+            yield url
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)

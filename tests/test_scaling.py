@@ -4,20 +4,16 @@ one tracking store, a shared MLflow server, a DVC remote and DVC's experiment qu
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import headstudy_environment
+from conftest import headstudy_environment, served_mlflow
 from headstudy.core.config import ConfigError, compose_config
 from headstudy.core.jobs import cores
 from headstudy.core.training import build_trainer
@@ -118,39 +114,12 @@ def test_three_trainings_starting_together_on_a_new_store_record_every_metric(tm
         assert_every_metric_recorded(client, tracked_run)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path):
-    """A real `mlflow server` on 127.0.0.1, backed by SQLite, serving artifacts: as README's
-    "Sharing runs" starts it, on a free port."""
-    port = free_port()
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        ["mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts"),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "mlflow server did not answer within 180 s"
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    yield url
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(timeout=60)
-    log.close()
+    """A real `mlflow server`, backed by SQLite, serving artifacts."""
+    with served_mlflow(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "server.log",
+                       "--artifacts-destination", str(tmp_path / "server-artifacts")) as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -9,10 +9,7 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
-import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -22,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, served_mlflow
 from tinyproject import set_threads
 from headstudy.core import tracking
 from headstudy.core.trained import load_model
@@ -68,12 +65,6 @@ def tiny_project(project: Path) -> None:
     command(project, "git", "commit", "-qm", "tiny study")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class Rest:
     def __init__(self, url: str):
         self.url = url
@@ -114,27 +105,9 @@ def study(tmp_path_factory):
         patch.setenv("DVC_EXP_NAME", EXPERIMENT_NAME)
         tracking.log_study_report([project / "reports/results.html", project / "reports/summary.json"], summary)
 
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{project / 'mlflow.db'}",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                assert server.poll() is None, "mlflow server exited"
-                assert time.monotonic() < deadline, "mlflow server did not answer within 120 s"
-                time.sleep(0.5)
+    log_file = tmp_path_factory.mktemp("server") / "server.log"
+    with served_mlflow(f"sqlite:///{project / 'mlflow.db'}", log_file) as url:
         yield project, Rest(url), url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def tags(entity: dict) -> dict[str, str]:
