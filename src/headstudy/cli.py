@@ -101,11 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     if any(arg in HELP_FLAGS for arg in rest):
         print(command_help(command))
         return
-    from headstudy.core.config import ConfigError, check_study, compose_config
+    from headstudy.core.config import PARAMS_FILE, ConfigError, check_study, compose_config
 
     try:
         if "DVC_STAGE" in os.environ:  # DVC runs each stage in the folder of its dvc.yaml and params.yaml
-            check_study(Path("params.yaml"))
+            check_study(PARAMS_FILE)
         if command == "config":
             from omegaconf import OmegaConf
 

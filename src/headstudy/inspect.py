@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from omegaconf import DictConfig
 from tokenizers import Tokenizer
 
 from headstudy.core import jobs
-from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.config import ConfigError, compose_config, load_params
 from headstudy.core.data import TOKENIZER_FILE, load_tokens, stream_batches
 from headstudy.core.files import write_json
 from headstudy.core.model import Decoder
@@ -29,7 +28,6 @@ from headstudy.core.trained import load_trained
 from headstudy.reporting import figures
 from headstudy.reporting.statistics import mean_ci95, nan_to_null
 
-PARAMS_FILE = Path("params.yaml")
 SCORES = ("previous_token", "self", "first_position", "distance", "entropy", "uniform_entropy")
 SPOTLIGHT = ("covered_positions", "distinct_top1")
 
@@ -242,11 +240,7 @@ def inspect(config: DictConfig, study: dict, overrides: list[str]) -> dict:
 
 def main(overrides: list[str]) -> None:
     config = compose_config(overrides)
-    if not PARAMS_FILE.is_file():
-        raise ConfigError(f"{PARAMS_FILE} not found: run inspect from the study's folder")
-    params = yaml.safe_load(PARAMS_FILE.read_text())
-    if not isinstance(params, dict) or not isinstance(params.get("study"), dict):
-        raise ConfigError(f"{PARAMS_FILE}: expected a `study:` section")
+    params = load_params("inspect", {"study": ("variants", "seeds")})
     result = inspect(config, params["study"], overrides)
     head_scores = figures.head_scores(result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png")
     result["figures"]["head_scores"] = str(head_scores)

@@ -14,20 +14,16 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from omegaconf import DictConfig
 
 from headstudy.core import tracking
-from headstudy.core.config import ConfigError, compose_config
+from headstudy.core.config import ConfigError, compose_config, load_params
 from headstudy.core.data import load_stats
 from headstudy.core.files import write_atomically, write_json
 from headstudy.reporting import figures
 from headstudy.reporting.heads import heads_blocks
 from headstudy.reporting.render import to_html, to_markdown
 from headstudy.reporting.statistics import nan_to_null, paired_difference, perplexity_ci95, share_explained, verdict
-
-PARAMS_FILE = Path("params.yaml")
-
 
 def read_json(path: Path) -> dict:
     if not Path(path).is_file():
@@ -357,15 +353,7 @@ def report(config: DictConfig, study: dict, settings: dict) -> dict:
 
 
 def main(overrides: list[str]) -> None:
-    if not PARAMS_FILE.is_file():
-        raise ConfigError(f"{PARAMS_FILE} not found: run the report from the study's folder")
-    params = yaml.safe_load(PARAMS_FILE.read_text())
-    for section, keys in (("study", ("variants", "seeds")), ("report", ("title",))):
-        if not isinstance(params, dict) or not isinstance(params.get(section), dict):
-            raise ConfigError(f"{PARAMS_FILE}: expected a `{section}:` section")
-        missing = [key for key in keys if key not in params[section]]
-        if missing:
-            raise ConfigError(f"{PARAMS_FILE}: {section}.{missing[0]} is missing")
+    params = load_params("the report", {"study": ("variants", "seeds"), "report": ("title",)})
     config = compose_config(overrides)
     summary = report(config, params["study"], params["report"])
     reports = Path(config.paths.reports)

@@ -46,7 +46,8 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     quiet_routine_warnings()
     torch.set_num_threads(jobs.torch_threads(config.threads))
     L.seed_everything(config.seed, workers=True)
-    resume_checkpoint = resume_dir(config) / "last.ckpt"
+    resume_folder = resume_dir(config)
+    resume_checkpoint = resume_folder / "last.ckpt"
     throughput = Throughput(config.data.batch_size * config.model.context)
     trainer = build_trainer(config, [ResumeCheckpoint(resume_checkpoint), throughput, StepProgressBar(throughput)])
     model = Decoder(model_config(config))
@@ -65,7 +66,7 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     # Only a stage that DVC runs belongs to a study execution; a manual or reproducing run stands alone.
     study_run_id = tracking.open_study_run() if tracking.in_pipeline() else None
     try:
-        return train_on_process_zero(config, overrides, extra_tags or {}, study_run_id,
+        return train_on_process_zero(config, overrides, extra_tags or {}, study_run_id, resume_folder,
                                      trainer, module, datamodule, throughput)
     finally:
         if study_run_id:
@@ -77,12 +78,11 @@ def resume_dir(config: DictConfig) -> Path:
 
 
 def train_on_process_zero(config: DictConfig, overrides: list[str], extra_tags: dict, study_run_id: str | None,
-                          trainer: L.Trainer, module: LanguageModelModule, datamodule: TokenDataModule,
-                          throughput: Throughput) -> dict:
+                          resume_folder: Path, trainer: L.Trainer, module: LanguageModelModule,
+                          datamodule: TokenDataModule, throughput: Throughput) -> dict:
     prepared = Path(config.paths.prepared)
     data = data_record(prepared)
     name = run_name(config)
-    resume_folder = resume_dir(config)
     resume_checkpoint = resume_folder / "last.ckpt"
     abandon_stale_resumes(resume_folder.parent, name, keep=resume_folder)
     run_id_file = resume_folder / "mlflow_run_id"

@@ -135,6 +135,24 @@ def override_hints(overrides: list[str], directory: Path) -> str:
     return "; ".join(hints)
 
 
+PARAMS_FILE = Path("params.yaml")
+
+
+def load_params(command: str, required: dict[str, tuple[str, ...]]) -> dict:
+    """The study's params.yaml, in the folder DVC runs a stage from, refused in one line unless
+    every section in `required` is there with its keys."""
+    if not PARAMS_FILE.is_file():
+        raise ConfigError(f"{PARAMS_FILE} not found: run {command} from the study's folder")
+    params = yaml.safe_load(PARAMS_FILE.read_text())
+    for section, keys in required.items():
+        if not isinstance(params, dict) or not isinstance(params.get(section), dict):
+            raise ConfigError(f"{PARAMS_FILE}: expected a `{section}:` section")
+        missing = [key for key in keys if key not in params[section]]
+        if missing:
+            raise ConfigError(f"{PARAMS_FILE}: {section}.{missing[0]} is missing")
+    return params
+
+
 def check_study(params_file: Path) -> None:
     """params.yaml's study: DVC expands an empty list silently to no stages and a repeated value
     silently to one, so both are refused here, before a stage does any work."""
