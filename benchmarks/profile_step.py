@@ -59,7 +59,7 @@ def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
     model = Decoder(model_config(config))
     label_parts(model)
     setup = LanguageModelModule(model, config.optimizer, warmup + steps).configure_optimizers()
-    optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]["scheduler"]
+    optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]
     batches = TrainingBatches(load_tokens(Path(config.paths.prepared), "train"),
                               config.data.batch_size, config.model.context, config.seed)
 

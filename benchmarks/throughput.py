@@ -1,14 +1,15 @@
 """Training throughput of the `train` stage against a plain PyTorch loop, and of both against
 this machine's measured matmul peak (model FLOPs utilisation), for 1 and 4 heads.
 
-    python benchmarks/throughput.py [--steps 300] [--rounds 2] [hydra overrides]
+    python benchmarks/throughput.py [--steps 300] [--rounds 4] [hydra overrides]
 
 For each head count, in one process:
 - tokens/s of the stage's Trainer (`build_trainer` with the MLflow logger and progress bar, as
   `headstudy train` runs it, less its resume checkpoint, written once per validation interval;
   validation time left out) and of a plain loop (the same model,
-  with the same SDPA attention, batches, optimiser, schedule and threads). Rounds alternate
-  the two, so drift in the machine's speed hits both.
+  with the same SDPA attention, batches, optimiser, schedule and threads). Each round runs
+  both, in alternating order, and their ratio is taken round by round, so drift in the
+  machine's speed hits both.
 - the model FLOPs per trained token, counted from the config (see `training_flops`);
 - MFU = tokens/s x FLOPs per token / peak, where the peak is the better of two timings of
   2048 x 2048 matmuls (8192 x 8192 on a GPU) before and after the trainings, in the precision
@@ -92,7 +93,7 @@ def plain_loop(config, steps: int) -> float:
     if config.trainer.compile:
         model.compile()
     setup = LanguageModelModule(model, config.optimizer, steps).configure_optimizers()
-    optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]["scheduler"]
+    optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]
     batches = TrainingBatches(load_tokens(Path(config.paths.prepared), "train"),
                               config.data.batch_size, config.model.context, config.seed)
     dtype = COMPUTE_DTYPES.get(str(config.trainer.precision))
@@ -127,17 +128,20 @@ def stage_trainer(config, steps: int) -> float:
 
 
 def benchmark(config, steps: int, rounds: int) -> dict:
+    """Each round runs both loops back to back, the plain loop first in even rounds and the
+    stage first in odd ones, so that a machine speeding up or slowing down favours neither."""
     results = {"plain": [], "stage": []}
-    for _ in range(rounds):
-        results["plain"].append(plain_loop(config, steps))
-        results["stage"].append(stage_trainer(config, steps))
+    for round_index in range(rounds):
+        order = ("plain", "stage") if round_index % 2 == 0 else ("stage", "plain")
+        for loop in order:
+            results[loop].append((plain_loop if loop == "plain" else stage_trainer)(config, steps))
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="training steps per timed run")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each loop")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating runs of each loop")
     args, overrides = parser.parse_known_args()
     # One validation, at the very end, left out of the stage's figure by its Throughput callback.
     budget = [f"trainer.max_steps={args.steps}", f"trainer.val_every_steps={args.steps}"]
@@ -160,11 +164,13 @@ def main() -> None:
     for heads, results in measured.items():
         flops = training_flops(configs[heads])
         medians = {loop: statistics.median(values) for loop, values in results.items()}
+        # Round by round: the two runs of a round saw the same machine, a minute apart.
+        ratios = [stage / plain for stage, plain in zip(results["stage"], results["plain"])]
         models.append({
             "heads": heads,
             "flops_per_token": flops,
             "tokens_per_sec": {loop: [round(v) for v in values] for loop, values in results.items()},
-            "stage_over_plain": round(medians["stage"] / medians["plain"], 3),
+            "stage_over_plain": {"rounds": [round(r, 3) for r in ratios], "median": round(statistics.median(ratios), 3)},
             "mfu": {loop: round(median * flops["total"] / peak, 3) for loop, median in medians.items()},
         })
     print(json.dumps({
@@ -176,13 +182,13 @@ def main() -> None:
         "matmul_peak_gflops": {"size": size, "before": round(peaks[0] / 1e9, 1), "after": round(peaks[1] / 1e9, 1)},
         "models": models,
     }, indent=2))
-    print("\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain | MFU plain | MFU stage |")
-    print("|---|---|---|---|---|---|")
+    print("\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain, by round | median | MFU plain | MFU stage |")
+    print("|---|---|---|---|---|---|---|")
     for row in models:
-        tokens = row["tokens_per_sec"]
+        tokens, ratio = row["tokens_per_sec"], row["stage_over_plain"]
         print(f"| {row['heads']} | {', '.join(f'{v:,}' for v in tokens['plain'])} "
-              f"| {', '.join(f'{v:,}' for v in tokens['stage'])} | {row['stage_over_plain']:.2f} "
-              f"| {row['mfu']['plain']:.0%} | {row['mfu']['stage']:.0%} |")
+              f"| {', '.join(f'{v:,}' for v in tokens['stage'])} | {', '.join(f'{r:.3f}' for r in ratio['rounds'])} "
+              f"| {ratio['median']:.3f} | {row['mfu']['plain']:.0%} | {row['mfu']['stage']:.0%} |")
 
 
 if __name__ == "__main__":
