@@ -26,7 +26,7 @@ from headstudy.core.data import load_tokens
 from headstudy.core.model import MLP, CausalSelfAttention, Decoder, next_token_loss
 from headstudy.core.training import LanguageModelModule, TrainingBatches
 
-from throughput import plain_loop, stage_trainer
+from throughput import plain_loop, stage_trainer, timed_run
 
 PARTS = {CausalSelfAttention: "attention", MLP: "mlp", nn.RMSNorm: "norms"}
 
@@ -106,13 +106,12 @@ def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warmup", type=int, default=10, help="unprofiled steps first")
+    parser.add_argument("--warmup", type=int, default=10, help="unprofiled (and, for the overhead, untimed) steps first")
     parser.add_argument("--steps", type=int, default=5, help="profiled steps, averaged")
     parser.add_argument("--timed-steps", type=int, default=100, help="steps of each loop for the Lightning overhead")
     args, overrides = parser.parse_known_args()
-    timed = [f"trainer.max_steps={args.timed_steps}", f"trainer.val_every_steps={args.timed_steps}"]
     for heads in (1, 4):
-        config = compose_config([*overrides, *timed, f"model.n_heads={heads}"])
+        config = compose_config([*overrides, *timed_run(args.timed_steps), f"model.n_heads={heads}"])
         torch.set_num_threads(config.threads)
         ms = profiled_steps(config, args.warmup, args.steps)
         step_ms = ms["step"]
@@ -125,11 +124,11 @@ def main() -> None:
         tokens_per_step = config.data.batch_size * config.model.context
         with tempfile.TemporaryDirectory() as scratch:
             os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/profile.db"
-            plain = 1e3 * tokens_per_step / plain_loop(config, args.timed_steps)
-            stage = 1e3 * tokens_per_step / stage_trainer(config, args.timed_steps)
+            plain = 1e3 * tokens_per_step / plain_loop(config, args.timed_steps, args.warmup)
+            stage = 1e3 * tokens_per_step / stage_trainer(config, args.timed_steps, args.warmup)
         print(f"  Lightning overhead: stage {stage:.2f} ms - plain loop {plain:.2f} ms = "
               f"{stage - plain:+.2f} ms per step ({(stage - plain) / plain:+.1%}), "
-              f"{args.timed_steps} steps each, no profiler")
+              f"{args.timed_steps - args.warmup} steps each after {args.warmup} untimed, no profiler")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """Training throughput of the `train` stage against a plain PyTorch loop, and of both against
 this machine's measured matmul peak (model FLOPs utilisation), for 1 and 4 heads.
 
-    python benchmarks/throughput.py [--steps 300] [--rounds 4] [hydra overrides]
+    python benchmarks/throughput.py [--steps 300] [--warmup 20] [--rounds 4] [hydra overrides]
 
 For each head count, in one process:
 - tokens/s of the stage's Trainer (`build_trainer` with the MLflow logger and progress bar, as
-  `headstudy train` runs it, less its resume checkpoint, written once per validation interval;
-  validation time left out) and of a plain loop (the same model,
-  with the same SDPA attention, batches, optimiser, schedule and threads). Each round runs
+  `headstudy train` runs it, less its resume checkpoint, written once per validation interval)
+  and of a plain loop (the same model, with the same SDPA attention, batches, optimiser,
+  schedule and threads), both over the steps after the first `--warmup`. Each round runs
   both, in alternating order, and their ratio is taken round by round, so drift in the
   machine's speed hits both.
 - the model FLOPs per trained token, counted from the config (see `training_flops`);
@@ -31,13 +31,14 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import lightning as L
 import torch
 
-from headstudy.core.config import compose_config, model_config
+from headstudy.core.config import compose_config, load_params, model_config
 from headstudy.core.data import load_tokens
 from headstudy.core.model import Decoder, next_token_loss
 from headstudy.core.training import (LanguageModelModule, StepProgressBar, Throughput, TokenDataModule, TrainingBatches,
-                                     build_trainer)
+                                     build_trainer, loss_logging_interval)
 
 HEAD_COUNTS = (1, 4)
 COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -85,8 +86,8 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, seco
     return count * 2 * size**3 / (time.perf_counter() - started)
 
 
-def plain_loop(config, steps: int) -> float:
-    """The training step written out in PyTorch: tokens/s over every step from the first."""
+def plain_loop(config, steps: int, warmup: int) -> float:
+    """The training step written out in PyTorch: tokens/s over the steps after `warmup`."""
     device = device_of(config)
     torch.manual_seed(config.seed)
     model = Decoder(model_config(config)).to(device)
@@ -98,9 +99,10 @@ def plain_loop(config, steps: int) -> float:
                               config.data.batch_size, config.model.context, config.seed)
     dtype = COMPUTE_DTYPES.get(str(config.trainer.precision))
     autocast = torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
-    synchronize(device)
-    started = time.perf_counter()
     for step in range(steps):
+        if step == warmup:
+            synchronize(device)
+            started = time.perf_counter()
         inputs, targets = (t.to(device, non_blocking=True) for t in batches[step])
         with autocast:
             loss = next_token_loss(model(inputs), targets)
@@ -109,43 +111,71 @@ def plain_loop(config, steps: int) -> float:
         optimizer.step()
         schedule.step()
     synchronize(device)
-    return steps * config.data.batch_size * config.model.context / (time.perf_counter() - started)
+    return (steps - warmup) * config.data.batch_size * config.model.context / (time.perf_counter() - started)
 
 
-def stage_trainer(config, steps: int) -> float:
-    """The `train` stage's own Trainer, logger and progress bar: tokens/s from its Throughput."""
+class StepClock(L.Callback):
+    """Wall time from the end of step `warmup` to the end of the last step, the span the plain
+    loop is timed over: what Lightning adds to every step, not what it spends once on starting
+    and ending a fit."""
+
+    def __init__(self, warmup: int, device: torch.device):
+        self.warmup, self.device = warmup, device
+
+    def on_train_batch_end(self, trainer, *_) -> None:
+        if trainer.global_step in (self.warmup, trainer.max_steps):
+            synchronize(self.device)
+            if trainer.global_step == self.warmup:
+                self.started = time.perf_counter()
+            else:
+                self.elapsed = time.perf_counter() - self.started
+
+
+def stage_trainer(config, steps: int, warmup: int) -> float:
+    """The `train` stage's own Trainer, callbacks, logger and progress bar: tokens/s over the
+    steps after `warmup`."""
     from headstudy.core import tracking
 
     torch.manual_seed(config.seed)
     module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, steps, config.trainer.compile)
     datamodule = TokenDataModule(config.paths.prepared, config.data.batch_size,
                                  config.model.context, config.seed, config.trainer.val_every_steps)
-    throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, [throughput, StepProgressBar(throughput)])
+    throughput, clock = Throughput(config.data.batch_size * config.model.context), StepClock(warmup, device_of(config))
+    trainer = build_trainer(config, [throughput, StepProgressBar(throughput), clock])
     trainer.logger = tracking.training_logger(None, "throughput-benchmark")
     trainer.fit(module, datamodule=datamodule)
-    return throughput.tokens_per_sec
+    return (steps - warmup) * config.data.batch_size * config.model.context / clock.elapsed
 
 
-def benchmark(config, steps: int, rounds: int) -> dict:
+def timed_run(steps: int) -> list[str]:
+    """Overrides for a benchmark run of `steps` steps: one validation, at the very end, after
+    the last timed step, and the loss sent to MLflow as often as in the default study's
+    trainings (one write takes about 10 ms here), not 50 times in a few hundred steps."""
+    study = load_params("the benchmarks", {"trainer": ("max_steps", "val_every_steps")})["trainer"]
+    study_interval = loss_logging_interval(compose_config([f"trainer.{key}={study[key]}" for key in study]).trainer)
+    return [f"trainer.max_steps={steps}", f"trainer.val_every_steps={steps}",
+            f"trainer.loss_points={max(1, steps // study_interval)}"]
+
+
+def benchmark(config, steps: int, warmup: int, rounds: int) -> dict:
     """Each round runs both loops back to back, the plain loop first in even rounds and the
     stage first in odd ones, so that a machine speeding up or slowing down favours neither."""
     results = {"plain": [], "stage": []}
     for round_index in range(rounds):
         order = ("plain", "stage") if round_index % 2 == 0 else ("stage", "plain")
         for loop in order:
-            results[loop].append((plain_loop if loop == "plain" else stage_trainer)(config, steps))
+            results[loop].append((plain_loop if loop == "plain" else stage_trainer)(config, steps, warmup))
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="training steps per timed run")
+    parser.add_argument("--warmup", type=int, default=20, help="first steps of each run, not timed")
     parser.add_argument("--rounds", type=int, default=4, help="alternating runs of each loop")
     args, overrides = parser.parse_known_args()
-    # One validation, at the very end, left out of the stage's figure by its Throughput callback.
-    budget = [f"trainer.max_steps={args.steps}", f"trainer.val_every_steps={args.steps}"]
-    configs = {heads: compose_config([*overrides, *budget, f"model.n_heads={heads}"]) for heads in HEAD_COUNTS}
+    configs = {heads: compose_config([*overrides, *timed_run(args.steps), f"model.n_heads={heads}"])
+               for heads in HEAD_COUNTS}
     first = configs[HEAD_COUNTS[0]]
     torch.set_num_threads(first.threads)
     device = device_of(first)
@@ -156,7 +186,7 @@ def main() -> None:
     peaks = [matmul_peak(device, dtype, size)]
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/benchmark.db"
-        measured = {heads: benchmark(config, args.steps, args.rounds) for heads, config in configs.items()}
+        measured = {heads: benchmark(config, args.steps, args.warmup, args.rounds) for heads, config in configs.items()}
     peaks.append(matmul_peak(device, dtype, size))
     peak = max(peaks)
 
@@ -178,6 +208,7 @@ def main() -> None:
         "precision": str(first.trainer.precision),
         "batch": [first.data.batch_size, first.model.context],
         "steps": args.steps,
+        "warmup": args.warmup,
         "rounds": args.rounds,
         "matmul_peak_gflops": {"size": size, "before": round(peaks[0] / 1e9, 1), "after": round(peaks[1] / 1e9, 1)},
         "models": models,
