@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from headstudy.core.config import compose_config, model_config
@@ -14,6 +15,7 @@ from headstudy.core.training import LanguageModelModule, TokenDataModule, Traini
 STEPS = 12
 
 
+@pytest.mark.slow
 def test_lightning_training_matches_a_plain_loop_weight_for_weight(small_corpus, in_project):
     """Lightning runs our own step (zero_grad, backward, AdamW, the one-cycle schedule) on the
     batch of each step, across validation intervals: any step it skipped, repeated, reordered
