@@ -110,6 +110,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="profiled steps, averaged")
     parser.add_argument("--timed-steps", type=int, default=100, help="steps of each loop for the Lightning overhead")
     args, overrides = parser.parse_known_args()
+    if not 0 <= args.warmup < args.timed_steps:
+        parser.error(f"--warmup={args.warmup} must be at least 0 and fewer than --timed-steps={args.timed_steps}")
     for heads in (1, 4):
         config = compose_config([*overrides, *timed_run(args.timed_steps), f"model.n_heads={heads}"])
         torch.set_num_threads(config.threads)

@@ -174,6 +174,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="first steps of each run, not timed")
     parser.add_argument("--rounds", type=int, default=4, help="alternating runs of each loop")
     args, overrides = parser.parse_known_args()
+    if not 0 <= args.warmup < args.steps:
+        parser.error(f"--warmup={args.warmup} must be at least 0 and fewer than --steps={args.steps}")
     configs = {heads: compose_config([*overrides, *timed_run(args.steps), f"model.n_heads={heads}"])
                for heads in HEAD_COUNTS}
     first = configs[HEAD_COUNTS[0]]
