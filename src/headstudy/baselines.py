@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from headstudy.core.config import compose_config
-from headstudy.core.data import check_length, check_vocab_size, load_stats, load_tokens, tokens_path
-from headstudy.core.files import refuse_pipeline_outputs, write_json
+from headstudy.bookkeeping.guards import refuse_pipeline_outputs
+from headstudy.formats.files import write_json
+from headstudy.formats.prepared import check_length, check_vocab_size, load_stats, load_tokens, tokens_path
 
 
 def unigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: float) -> float:
@@ -49,5 +49,5 @@ def baselines(config: DictConfig) -> dict:
     return results
 
 
-def main(overrides: list[str]) -> None:
-    baselines(compose_config(overrides))
+def main(config: DictConfig) -> None:
+    baselines(config)

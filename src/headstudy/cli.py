@@ -1,19 +1,20 @@
 """`headstudy COMMAND [key=value ...]`: one command per DVC stage, plus count, config and reproduce.
 
-Each command composes conf/ with the key=value overrides (Hydra syntax). Errors meant for the
-user (ConfigError) print as one line; anything else is a bug and keeps its traceback."""
+A stage reads its config from a file that the configure stage wrote (`--config configs/...`,
+as dvc.yaml runs it), or composes conf/ with params.yaml and the key=value overrides (Hydra
+syntax) when run by hand: settings/compose.py does both the same way. Errors meant for the user
+(ConfigError) print as one line; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
-import os
 import sys
 from pathlib import Path
 
-# Each command and the conf/ groups it reads. dvc.yaml lists the same groups as each stage's
-# deps, and tests/test_dvc_graph.py checks that it does.
+# Each command and the conf/ groups it reads (for its --help).
 COMMANDS = {
+    "configure": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
     "prepare": ("data",),
     "baselines": ("data", "baselines"),
     "train": ("data", "model", "trainer", "optimizer"),
@@ -24,7 +25,9 @@ COMMANDS = {
     "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
     "reproduce": (),
 }
-ARGUMENTS = {"reproduce": "RUN_ID"}
+ARGUMENTS = {"reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]", "configure": ""}
+# Commands that run as DVC stages and so can read a file of configs/.
+STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report")
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""
 HELP_FLAGS = ("-h", "--help")
@@ -55,7 +58,7 @@ def summary(text: str) -> str:
 
 
 def command_help(command: str) -> str:
-    from headstudy.core.config import conf_dir, default_options, group_options, groups, known_keys
+    from headstudy.settings.compose import conf_dir, default_options, group_options, groups, known_keys
 
     directory = conf_dir()
     arguments = ARGUMENTS.get(command, "[key=value ...]")
@@ -85,6 +88,24 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def load_config(command: str, args: list[str]):
+    """The stage's config: the file after --config, or composed from conf/, params.yaml and args."""
+    if args[:1] == ["--config"]:
+        from headstudy.formats.errors import ConfigError
+        from headstudy.formats.runconfig import read_config
+
+        if len(args) != 2:
+            raise ConfigError(f"{command} --config takes one file and no overrides, got {' '.join(args[1:]) or 'none'}")
+        return read_config(args[1])
+    from headstudy.settings.compose import compose_config, read_params, stage_config
+
+    if command in ("inspect", "report"):  # the whole study's models: as configure resolves them
+        from headstudy.configure import resolve
+
+        return resolve(read_params(required=True), args)[f"{command}.yaml"]
+    return stage_config(command, compose_config(args))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if not args:
@@ -92,6 +113,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if args[0] in (*HELP_FLAGS, "help"):
         print(usage())
+        return
+    if args[0] == "--version":
+        from importlib.metadata import version
+
+        print(f"headstudy {version('headstudy')}")
         return
     command, rest = args[0], args[1:]
     if command not in COMMANDS:
@@ -101,15 +127,18 @@ def main(argv: list[str] | None = None) -> None:
     if any(arg in HELP_FLAGS for arg in rest):
         print(command_help(command))
         return
-    from headstudy.core.config import PARAMS_FILE, ConfigError, check_study, compose_config
+    from headstudy.formats.errors import ConfigError
 
     try:
-        if "DVC_STAGE" in os.environ:  # DVC runs each stage in the folder of its dvc.yaml and params.yaml
-            check_study(PARAMS_FILE)
         if command == "config":
             from omegaconf import OmegaConf
 
+            from headstudy.settings.compose import compose_config
+
             print(OmegaConf.to_yaml(compose_config(rest)), end="")
+        elif command in STAGES:
+            config = load_config(command, rest)
+            importlib.import_module(f"headstudy.{command}").main(config)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)
     except ConfigError as error:

@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from headstudy.core.config import compose_config, model_config
-from headstudy.core.model import Decoder, parameter_breakdown
+from headstudy.settings.compose import compose_config, model_config
+from headstudy.weights.model import Decoder, parameter_breakdown
 
 
 def count(overrides: list[str]) -> dict:

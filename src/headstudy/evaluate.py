@@ -1,8 +1,9 @@
 """Stage `evaluate`: perplexity of one trained model on the whole test stream, written as a
 DVC metrics file and logged to the model's own MLflow run.
 
-The model must be the one the config asks for, trained on the prepared data now on disk
-(core/trained.py checks both); the metrics file holds only what those inputs determine."""
+The model must be the one the config asks for, with the weights its training recorded, trained
+on the prepared data now on disk (formats/trained.py checks all three); the metrics file holds
+only what those inputs determine."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from headstudy.core import jobs, tracking
-from headstudy.core.config import ConfigError, compose_config
-from headstudy.core.data import check_length, load_stats, load_tokens, tokens_path
-from headstudy.core.files import refuse_pipeline_outputs, write_json
-from headstudy.core.perplexity import perplexity, stream_nll
-from headstudy.core.trained import load_trained, model_dir
+from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.bookkeeping import guards, jobs, tracking
+from headstudy.formats.errors import ConfigError
+from headstudy.formats.files import write_json
+from headstudy.formats.prepared import check_length, load_stats, load_tokens, tokens_path
+from headstudy.formats.trained import load_trained, model_dir
 
 
 def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     """run_id: the MLflow run to log test/ppl to; by default the run that trained these weights."""
-    refuse_pipeline_outputs(config, "metrics")
+    guards.refuse_pipeline_outputs(config, "metrics")
     torch.set_num_threads(jobs.torch_threads(config.threads))
     model, run = load_trained(config)
     prepared = Path(config.paths.prepared)
@@ -31,7 +32,8 @@ def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     check_length(test, 2, tokens_path(prepared, "test"), "a test perplexity")
     stats = load_stats(prepared)["splits"]
     tracking.check_store()
-    metrics = {key: run[key] for key in ("name", "variant", "heads", "seed", "params", "weights_sha256")}
+    # Numbers only, so that `dvc metrics show` tabulates them; names and hashes are in run.json.
+    metrics = {key: run[key] for key in ("heads", "seed", "params")}
     total, count = stream_nll(model, test, config.data.batch_size)
     metrics.update(test_ppl=perplexity(total, count), test_nll=total, test_tokens_predicted=count)
     if not math.isfinite(metrics["test_ppl"]):
@@ -51,5 +53,5 @@ def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     return metrics
 
 
-def main(overrides: list[str]) -> None:
-    evaluate(compose_config(overrides))
+def main(config: DictConfig) -> None:
+    evaluate(config)

@@ -15,18 +15,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
-from headstudy.core import jobs
-from headstudy.core.config import ConfigError, compose_config, load_params
-from headstudy.core.data import TOKENIZER_FILE, load_tokens, stream_batches
-from headstudy.core.files import write_json
-from headstudy.core.model import Decoder
-from headstudy.core.perplexity import perplexity, stream_nll
-from headstudy.core.trained import load_trained
-from headstudy.reporting import figures
-from headstudy.reporting.statistics import mean_ci95, nan_to_null
+from headstudy.analysis import figures
+from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.analysis.statistics import mean_ci95, nan_to_null
+from headstudy.bookkeeping import guards, jobs
+from headstudy.formats.errors import ConfigError
+from headstudy.formats.files import write_json
+from headstudy.formats.prepared import TOKENIZER_FILE, load_tokens
+from headstudy.formats.trained import load_trained
+from headstudy.weights.batches import stream_batches
+from headstudy.weights.model import Decoder
 
 SCORES = ("previous_token", "self", "first_position", "distance", "entropy", "uniform_entropy")
 SPOTLIGHT = ("covered_positions", "distinct_top1")
@@ -194,7 +195,7 @@ def sentence_maps(model: Decoder, ids: list[int]) -> list[np.ndarray]:
         return [layer.captured_weights[0].numpy() for layer in layers]
 
 
-def inspect(config: DictConfig, study: dict, overrides: list[str]) -> dict:
+def inspect(config: DictConfig) -> dict:
     torch.set_num_threads(jobs.torch_threads(config.threads))
     settings = config.inspect
     prepared = Path(config.paths.prepared)
@@ -203,24 +204,25 @@ def inspect(config: DictConfig, study: dict, overrides: list[str]) -> dict:
     ids = sentence_ids(tokenizer, settings.sentence, test)
     labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
-    per_model, map_figures = [], []
-    for variant in (str(v) for v in study["variants"]):
-        for seed in study["seeds"]:
-            # Refused unless it is the model this variant and seed ask for, trained on this data.
-            model, _ = load_trained(compose_config([*overrides, f"variant={variant}", f"seed={seed}"]))
-            intact = perplexity(*stream_nll(model, test, settings.batch_size))
-            heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
-            for row in heads:
-                row["ablation_delta_ppl"] = ablation_ppl(model, test, settings.batch_size, row["layer"], row["head"]) - intact
-            per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "test_ppl": intact,
-                              "head_scores": heads, "layers": layers})
-            print(f"inspect: h{variant}-s{seed}: " + ", ".join(
-                f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in layers))
-            if seed == study["seeds"][0]:
-                for layer, weights in enumerate(sentence_maps(model, ids)):
-                    map_figures.append(str(figures.attention_maps(
-                        weights, labels, f"Attention of variant {variant} (seed {seed}), layer {layer}",
-                        figure_dir / f"attention_h{variant}_layer{layer}.png")))
+    per_model, map_figures, drawn = [], [], set()
+    for name, training in config.models.items():
+        variant, seed = str(training.variant), training.seed
+        # Refused unless it is the model these settings ask for, trained on this data.
+        model, _ = load_trained(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
+        intact = perplexity(*stream_nll(model, test, settings.batch_size))
+        heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
+        for row in heads:
+            row["ablation_delta_ppl"] = ablation_ppl(model, test, settings.batch_size, row["layer"], row["head"]) - intact
+        per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "test_ppl": intact,
+                          "head_scores": heads, "layers": layers})
+        print(f"inspect: {name}: " + ", ".join(
+            f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in layers))
+        if variant not in drawn:  # the first seed's maps
+            drawn.add(variant)
+            for layer, weights in enumerate(sentence_maps(model, ids)):
+                map_figures.append(str(figures.attention_maps(
+                    weights, labels, f"Attention of variant {variant} (seed {seed}), layer {layer}",
+                    figure_dir / f"attention_h{variant}_layer{layer}.png")))
     head_rows = summarise(per_model, "head_scores", ("variant", "layer", "head"), (*SCORES, "ablation_delta_ppl"))
     for row in head_rows:
         row["role"] = role(row, settings.roles)
@@ -238,10 +240,9 @@ def inspect(config: DictConfig, study: dict, overrides: list[str]) -> dict:
     }
 
 
-def main(overrides: list[str]) -> None:
-    config = compose_config(overrides)
-    params = load_params("inspect", {"study": ("variants", "seeds")})
-    result = inspect(config, params["study"], overrides)
+def main(config: DictConfig) -> None:
+    guards.refuse_pipeline_outputs(config, "reports")
+    result = inspect(config)
     head_scores = figures.head_scores(result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png")
     result["figures"]["head_scores"] = str(head_scores)
     write_json(Path(config.paths.reports) / "heads.json", nan_to_null(result))

@@ -11,9 +11,10 @@ import numpy as np
 from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from headstudy.core.config import ConfigError, compose_config
-from headstudy.core.data import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
-from headstudy.core.files import refuse_pipeline_outputs, write_json
+from headstudy.bookkeeping.guards import refuse_pipeline_outputs
+from headstudy.formats.errors import ConfigError
+from headstudy.formats.files import write_json
+from headstudy.formats.prepared import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
 
 
 def read_ptb(data: DictConfig) -> dict[str, str]:
@@ -122,5 +123,5 @@ def prepare(config: DictConfig) -> Path:
     return destination
 
 
-def main(overrides: list[str]) -> None:
-    prepare(compose_config(overrides))
+def main(config: DictConfig) -> None:
+    prepare(config)

@@ -14,16 +14,17 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from headstudy.core import tracking
-from headstudy.core.config import ConfigError, compose_config, load_params
-from headstudy.core.data import load_stats
-from headstudy.core.files import write_atomically, write_json
-from headstudy.reporting import figures
-from headstudy.reporting.heads import heads_blocks
-from headstudy.reporting.render import to_html, to_markdown
-from headstudy.reporting.statistics import nan_to_null, paired_difference, perplexity_ci95, share_explained, verdict
+from headstudy.analysis import figures
+from headstudy.analysis.heads import heads_blocks
+from headstudy.analysis.render import to_html, to_markdown
+from headstudy.bookkeeping import guards, tracking
+from headstudy.formats.errors import ConfigError
+from headstudy.formats.files import write_atomically, write_json
+from headstudy.formats.names import model_name
+from headstudy.formats.prepared import load_stats
+from headstudy.analysis.statistics import nan_to_null, paired_difference, perplexity_ci95, share_explained, verdict
 
 def read_json(path: Path) -> dict:
     if not Path(path).is_file():
@@ -43,12 +44,13 @@ def label(variant: str, labels: dict) -> str:
 
 def study_metrics(metrics: Path, variants: list[str], seeds: list[int]) -> pd.DataFrame:
     """One row per (variant, seed) of the study; files of models outside it are never read."""
-    return pd.DataFrame([read_json(metrics / f"h{v}-s{s}.json") | {"variant": v} for v in variants for s in seeds])
+    return pd.DataFrame([read_json(metrics / f"{model_name(v, s)}.json") | {"variant": v, "seed": s}
+                         for v in variants for s in seeds])
 
 
 def study_curves(metrics: Path, variants: list[str], seeds: list[int]) -> pd.DataFrame:
     return pd.concat([
-        pd.read_csv(metrics / "curves" / f"h{v}-s{s}.csv").assign(variant=v, seed=s)
+        pd.read_csv(metrics / "curves" / f"{model_name(v, s)}.csv").assign(variant=v, seed=s)
         for v in variants for s in seeds
     ], ignore_index=True)
 
@@ -352,10 +354,9 @@ def report(config: DictConfig, study: dict, settings: dict) -> dict:
     return summary
 
 
-def main(overrides: list[str]) -> None:
-    params = load_params("the report", {"study": ("variants", "seeds"), "report": ("title",)})
-    config = compose_config(overrides)
-    summary = report(config, params["study"], params["report"])
+def main(config: DictConfig) -> None:
+    guards.refuse_pipeline_outputs(config, "reports")
+    summary = report(config, OmegaConf.to_container(config.study), OmegaConf.to_container(config.report))
     reports = Path(config.paths.reports)
     tracking.log_study_report([reports / name for name in ("results.html", "results.md", "summary.json", "figures")],
                               summary)

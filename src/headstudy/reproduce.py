@@ -1,5 +1,7 @@
-"""`headstudy reproduce RUN_ID`: retrain and re-evaluate a tracked run from its logged config,
-in a temporary directory, and say whether the result is bit-identical."""
+"""`headstudy reproduce RUN_ID [trainer.devices=N ...]`: retrain and re-evaluate a tracked run from
+its logged config, in a temporary directory, and say whether the result is bit-identical. Keys
+given after the run id change where it runs (a 2-process run on one process, say): its weights
+may then differ in the last bits, and the comparison says so."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headstudy.core import tracking
-from headstudy.core.config import ConfigError, first_line, validate
-from headstudy.core.data import TOKENIZER_FILE, prepared_digest, sha256_file
+from headstudy.bookkeeping import tracking
+from headstudy.formats.errors import ConfigError, first_line
+from headstudy.formats.prepared import TOKENIZER_FILE, prepared_digest, sha256_file
+from headstudy.settings.compose import validate
 
 ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
 # Where every run logged before conf/trainer named it trained: one CPU process, float32.
@@ -63,10 +66,14 @@ def environment_differences(run) -> dict[str, tuple[str, str]]:
     }
 
 
-def reproduce(run_id: str) -> bool:
+# Settings of where a run ran, which `reproduce` may change.
+TOPOLOGY_KEYS = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy", "threads")
+
+
+def reproduce(run_id: str, topology: list[str] = ()) -> bool:
     from headstudy.evaluate import evaluate
+    from headstudy.formats.trained import CONFIG_FILE
     from headstudy.train import train
-    from headstudy.core.trained import CONFIG_FILE
 
     tracking.check_store()
     run = reproducible_run(run_id)
@@ -80,6 +87,16 @@ def reproduce(run_id: str) -> bool:
             raise ConfigError(f"run {run_id} has no readable {CONFIG_FILE} artifact ({first_line(error)}): "
                               "it cannot be reproduced") from None
         config = OmegaConf.merge(BEFORE_TRAINER_DEVICES, OmegaConf.load(saved_config))
+        OmegaConf.set_struct(config, False)
+        config.name = run.data.tags.get("mlflow.runName")
+        config.threads = int(run.data.tags.get("env.threads", 1))
+        config.paths = {"prepared": run.data.tags.get("data.path") or run.data.params["paths.prepared"]}
+        for setting in topology:
+            key, _, value = setting.partition("=")
+            if key not in TOPOLOGY_KEYS:
+                raise ConfigError(f"reproduce: {key} is not a setting of where a run runs; "
+                                  f"expected one of {', '.join(TOPOLOGY_KEYS)}")
+            OmegaConf.update(config, key, OmegaConf.create({"v": value}).v if value else value)
         validate(config)
         differences = environment_differences(run)
         for key, (then, now) in differences.items():
@@ -87,11 +104,7 @@ def reproduce(run_id: str) -> bool:
         for key in ("models", "metrics", "checkpoints"):
             config.paths[key] = str(scratch / key)
         print(f"reproduce: retraining run {run_id} ({run.data.tags.get('mlflow.runName')})")
-        record = train(
-            config,
-            run.data.tags.get("overrides", "").split(),
-            extra_tags={"reproduces": run_id, "stage": "reproduce"},
-        )
+        record = train(config, extra_tags={"reproduces": run_id, "stage": "reproduce"})
         if record is None:  # another process of a DDP run: process 0 evaluates and compares
             return True
         metrics = evaluate(config, run_id=record["mlflow_run_id"])
@@ -112,7 +125,7 @@ def reproduce(run_id: str) -> bool:
 
 
 def main(args: list[str]) -> None:
-    if len(args) != 1:
-        raise ConfigError("usage: headstudy reproduce RUN_ID")
-    if not reproduce(args[0]):
+    if not args or "=" in args[0]:
+        raise ConfigError("usage: headstudy reproduce RUN_ID [trainer.devices=N ...]")
+    if not reproduce(args[0], args[1:]):
         sys.exit(1)

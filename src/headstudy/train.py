@@ -1,28 +1,32 @@
-"""Stage `train`: one model for one (variant, seed), tracked as one MLflow run, nested under
-the parent run of the study execution when DVC runs it.
+"""Stage `train`: one model of the study (configs/train/NAME.yaml), tracked as one MLflow run,
+nested under the parent run of the study execution when DVC runs it.
 
 A kill midway loses at most one validation interval: the next `dvc repro` resumes from the
-last checkpoint under paths.checkpoints and continues the same MLflow run.
+last checkpoint under paths.checkpoints and continues the same MLflow run. The model folder and
+the validation curve come from the training alone; MLflow only watches.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig, OmegaConf
 
-from headstudy.core import jobs, tracking
-from headstudy.core.config import compose_config, config_digest, model_config, run_name
-from headstudy.core.data import TOKENIZER_FILE, check_training_data, sha256_file
-from headstudy.core.files import refuse_pipeline_outputs, write_atomically
-from headstudy.core.model import Decoder
-from headstudy.core.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
-from headstudy.core.training import (LanguageModelModule, ResumeCheckpoint, StepProgressBar, Throughput,
-                                     TokenDataModule, TrainingDiverged, build_trainer, quiet_routine_warnings)
+from headstudy.bookkeeping import guards, jobs, tracking
+from headstudy.bookkeeping.progress import Throughput, quiet_routine_warnings, watchers
+from headstudy.formats.files import write_atomically
+from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, sha256_file
+from headstudy.formats.runconfig import config_digest
+from headstudy.formats.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
+from headstudy.weights.model import Decoder, ModelConfig
+from headstudy.weights.training import (LanguageModelModule, ResumeCheckpoint, TokenDataModule, TrainingDiverged,
+                                        build_trainer)
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -35,22 +39,24 @@ def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
             shutil.rmtree(stale)
 
 
-def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = None) -> dict | None:
+def train(config: DictConfig, extra_tags: dict | None = None) -> dict | None:
     """Train one model; on process 0 return what it recorded. Under DDP the other processes
     run this same function, train their slice of every batch and return None: only process 0
     talks to MLflow and writes the model, the curve and the resume state's run id."""
-    refuse_pipeline_outputs(config, "models", "metrics")
+    guards.refuse_pipeline_outputs(config, "models", "metrics")
+    resume_folder = resume_dir(config)
+    # Before any work: a folder that cannot be written would otherwise fail after the training.
+    guards.check_writable(Path(config.paths.models), Path(config.paths.metrics) / "curves", resume_folder.parent)
     prepared = Path(config.paths.prepared)
     check_training_data(prepared, config.model.vocab_size, config.model.context)
     tracking.check_store()  # before any work, so that a store that cannot be opened is the only message
     quiet_routine_warnings()
     torch.set_num_threads(jobs.torch_threads(config.threads))
     L.seed_everything(config.seed, workers=True)
-    resume_folder = resume_dir(config)
     resume_checkpoint = resume_folder / "last.ckpt"
     throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, [ResumeCheckpoint(resume_checkpoint), throughput, StepProgressBar(throughput)])
-    model = Decoder(model_config(config))
+    trainer = build_trainer(config, [ResumeCheckpoint(resume_checkpoint), *watchers(throughput)])
+    model = Decoder(ModelConfig(**OmegaConf.to_container(config.model)))
     datamodule = TokenDataModule(
         prepared,
         config.data.batch_size,
@@ -66,23 +72,24 @@ def train(config: DictConfig, overrides: list[str], extra_tags: dict | None = No
     # Only a stage that DVC runs belongs to a study execution; a manual or reproducing run stands alone.
     study_run_id = tracking.open_study_run() if tracking.in_pipeline() else None
     try:
-        return train_on_process_zero(config, overrides, extra_tags or {}, study_run_id, resume_folder,
-                                     trainer, module, datamodule, throughput)
+        with guards.only_training_of(resume_folder):  # the same model started twice: the second is refused
+            return train_on_process_zero(config, extra_tags or {}, study_run_id, resume_folder,
+                                         trainer, module, datamodule, throughput)
     finally:
         if study_run_id:
             tracking.leave_study_run(study_run_id)
 
 
 def resume_dir(config: DictConfig) -> Path:
-    return Path(config.paths.checkpoints) / f"{run_name(config)}-{config_digest(config)}"
+    return Path(config.paths.checkpoints) / f"{config.name}-{config_digest(config)}"
 
 
-def train_on_process_zero(config: DictConfig, overrides: list[str], extra_tags: dict, study_run_id: str | None,
+def train_on_process_zero(config: DictConfig, extra_tags: dict, study_run_id: str | None,
                           resume_folder: Path, trainer: L.Trainer, module: LanguageModelModule,
                           datamodule: TokenDataModule, throughput: Throughput) -> dict:
     prepared = Path(config.paths.prepared)
     data = data_record(prepared)
-    name = run_name(config)
+    name = config.name
     resume_checkpoint = resume_folder / "last.ckpt"
     abandon_stale_resumes(resume_folder.parent, name, keep=resume_folder)
     run_id_file = resume_folder / "mlflow_run_id"
@@ -102,10 +109,9 @@ def train_on_process_zero(config: DictConfig, overrides: list[str], extra_tags: 
             config,
             {
                 "stage": os.environ.get("DVC_STAGE", "manual"),
-                "overrides": " ".join(overrides),
                 "data.path": str(config.paths.prepared),
                 "data.sha256": data["data_sha256"],
-                "data.dvc_md5": dvc_locked_md5(prepared),
+                "data.dvc_md5": tracking.dvc_locked_md5(prepared),
                 "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
                 "processes": str(trainer.world_size),
                 **extra_tags,
@@ -122,11 +128,17 @@ def train_on_process_zero(config: DictConfig, overrides: list[str], extra_tags: 
     except TrainingDiverged:
         shutil.rmtree(resume_folder)  # Lightning marked the run FAILED; resuming would diverge again
         raise
+    except (KeyboardInterrupt, SystemExit) as stop:
+        # Lightning ends a SIGTERM (a scheduler's preemption) in a SystemExit that would exit 0,
+        # and Ctrl-C in sys.exit(1): both are interruptions, resumable from the last checkpoint.
+        tracking.mark_killed(run_id)
+        print(f"train: {name} interrupted; `dvc repro` resumes it from {resume_checkpoint}", file=sys.stderr)
+        raise SystemExit(143 if isinstance(stop, SIGTERMException) else 130) from None
 
     model = module.model.cpu()
     record = training_record(config, model, data)
     write_model(model_dir(config), model, config, record)
-    write_curve(config, tracking.metric_history(run_id, "val/ppl"))
+    write_curve(config, module.validation_curve)
     tracking.log_metrics(
         run_id,
         # Not `params`: in MLflow that word means the run's settings.
@@ -138,37 +150,19 @@ def train_on_process_zero(config: DictConfig, overrides: list[str], extra_tags: 
         tracking.log_artifact(run_id, model_dir(config) / artifact)
     tracking.log_model(run_id, model, name, config.model.context, config.model.vocab_size, trainer.global_step)
     shutil.rmtree(resume_folder)
-    print(f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}")
+    print(f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}, "
+          f"model in {model_dir(config)}, MLflow run {tracking.ui_url(run_id)}")
     return {**record, "mlflow_run_id": run_id, "tokens_per_sec": throughput.tokens_per_sec}
 
 
 def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:
-    """Validation perplexity against training tokens, read back from the run: a resumed run's
-    curve holds the points from before the kill too."""
-    path = Path(config.paths.metrics) / "curves" / f"{run_name(config)}.csv"
+    """Validation perplexity against training tokens, as the training recorded it (a resumed
+    run's curve holds the points from before the kill too)."""
+    path = Path(config.paths.metrics) / "curves" / f"{config.name}.csv"
     tokens_per_step = config.data.batch_size * config.model.context
     lines = ["step,tokens,val_ppl"] + [f"{step},{step * tokens_per_step},{ppl!r}" for step, ppl in history]
     write_atomically(path, "\n".join(lines) + "\n")
 
 
-def dvc_locked_md5(prepared: Path) -> str:
-    """The prepared data's md5 as the dvc.lock of the pipeline that writes it records it, if
-    that pipeline has run: this folder's, or for a study under studies/ that trains on the
-    project's data, the project's."""
-    import yaml
-
-    target = prepared.resolve()
-    for folder in (Path.cwd(), *Path.cwd().parents):
-        lock = folder / "dvc.lock"
-        if lock.is_file():
-            for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
-                for out in stage.get("outs", []):
-                    if (folder / out["path"]).resolve() == target:
-                        return out.get("md5", "none")
-        if (folder / ".dvc").is_dir():  # the repository's root: no pipeline above it
-            break
-    return "none"
-
-
-def main(overrides: list[str]) -> None:
-    train(compose_config(overrides), overrides)
+def main(config: DictConfig) -> None:
+    train(config)

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from headstudy.core.data import stream_batches
-from headstudy.core.model import Decoder, next_token_loss
+from headstudy.weights.batches import stream_batches
+from headstudy.weights.model import Decoder, next_token_loss
 
 
 @torch.no_grad()

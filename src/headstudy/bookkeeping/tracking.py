@@ -40,7 +40,6 @@ EXPERIMENT = "headstudy"
 DEFAULT_STORE = "mlflow.db"
 PARAMS_FILE = "params.yaml"
 # Config groups that shape later stages, not a training: kept out of a training run's params.
-NOT_TRAINING = ("paths", "baselines", "inspect")
 
 EXPERIMENT_TAGS = {
     # MLflow 3's kind for classic model training (the UI's "Machine learning"), as the UI's own
@@ -78,7 +77,7 @@ def store_root() -> Path:
     """The folder of the default store: the project root. A DVC experiment from the queue runs
     in a temporary copy of the repository (under .dvc/tmp/exps/) that is deleted afterwards;
     DVC names the user's own repository in DVC_ROOT, and its runs belong in that store."""
-    from headstudy.core.config import project_root
+    from headstudy.settings.compose import project_root
 
     root = project_root()
     user_repository = os.environ.get("DVC_ROOT")
@@ -217,8 +216,10 @@ def flatten(tree) -> dict[str, str]:
 
 
 def training_params(config: DictConfig) -> dict[str, str]:
-    """The settings that shape a training run, as its MLflow params."""
-    return {key: value for key, value in flatten(config).items() if key.split(".")[0] not in NOT_TRAINING}
+    """The settings that shape a training run (the training section of its config file), as its MLflow params."""
+    from headstudy.formats.runconfig import training_section
+
+    return flatten(training_section(config))
 
 
 def git(*args: str, index: str | None = None) -> str:
@@ -232,7 +233,7 @@ def git_state() -> dict[str, str]:
     the diff, and files in src/ or conf/ that git does not track yet) apart from params.yaml
     files (`params_changed`), whose values a run records as params anyway. The pipeline's own
     results, and the .gitignore entries DVC adds for new outputs, never count."""
-    from headstudy.core.config import conf_dir, project_root
+    from headstudy.settings.compose import conf_dir, project_root
 
     commit = git("rev-parse", "HEAD").strip()
     if not commit:
@@ -355,7 +356,7 @@ def record_provenance(run_id: str, config: DictConfig, tags: dict[str, str], wor
 def log_dataset(run_id: str, prepared: Path, name: str, digest: str) -> None:
     """The prepared token ids as the run's training input (the UI's Dataset column): every
     split's shape and dtype, where they lie, and their digest."""
-    from headstudy.core.data import SPLITS, load_tokens
+    from headstudy.formats.prepared import SPLITS, load_tokens
 
     splits = {split: load_tokens(prepared, split) for split in SPLITS}
     with warnings.catch_warnings():
@@ -398,7 +399,8 @@ def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, voca
     try:
         with active_run(run_id):
             info = mlflow.pytorch.log_model(
-                model, name=name, signature=signature, input_example=example,
+                # MLflow refuses a dot in a model name (h4-lr0.006-s0).
+                model, name=name.replace(".", "p"), signature=signature, input_example=example,
                 serialization_format="pt2", step=step,
                 # Loading the exported graph needs torch alone; no slow inference of requirements.
                 pip_requirements=[f"torch=={torch.__version__}"],
@@ -586,7 +588,7 @@ def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
 def check_store() -> None:
     """Open the store (creating it if new) before any work: a store that cannot be opened stops
     the command with one line instead of a traceback from deep inside MLflow."""
-    from headstudy.core.config import ConfigError, first_line
+    from headstudy.formats.errors import ConfigError, first_line
 
     try:
         experiment_id()
@@ -608,3 +610,20 @@ def find_training_run(name: str, weights_sha256: str) -> str | None:
     runs = [run for run in runs if "reproduces" not in run.data.tags]
     runs.sort(key=lambda run: (run.data.tags.get("stage", "manual") == "manual", -run.info.start_time))
     return runs[0].info.run_id if runs else None
+
+
+def dvc_locked_md5(prepared: Path) -> str:
+    """The prepared data's md5 as the dvc.lock of the pipeline that writes it records it, if
+    that pipeline has run: this folder's, or for a study under studies/ that trains on the
+    project's data, the project's."""
+    target = prepared.resolve()
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        lock = folder / "dvc.lock"
+        if lock.is_file():
+            for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
+                for out in stage.get("outs", []):
+                    if (folder / out["path"]).resolve() == target:
+                        return out.get("md5", "none")
+        if (folder / ".dvc").is_dir():  # the repository's root: no pipeline above it
+            break
+    return "none"

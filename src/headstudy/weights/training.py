@@ -1,14 +1,11 @@
-"""Lightning wraps the plain model: where batches come from, what a step does, the callbacks
-that make a run resumable and measured, and the Trainer that runs it on one process or many."""
+"""Lightning wraps the plain model: where batches come from, what a step does, the checkpoint
+that makes a run resumable, and the Trainer that runs it on one process or many. Progress bars,
+speed and logging come in as callbacks and a logger from bookkeeping/, which shape nothing."""
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import sys
-import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,15 +13,14 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from headstudy.core.config import ConfigError, first_line
-from headstudy.core.data import load_tokens, stream_batches, training_batch
-from headstudy.core.model import Decoder, next_token_loss
+from headstudy.formats.errors import ConfigError, first_line
+from headstudy.formats.prepared import load_tokens
+from headstudy.weights.batches import stream_batches, training_batch
+from headstudy.weights.model import Decoder, next_token_loss
 
 
 class TrainingBatches(Dataset):
@@ -106,6 +102,15 @@ class LanguageModelModule(L.LightningModule):
         self.compile_model = compile
         self.automatic_optimization = False
         self.latest_loss: torch.Tensor | None = None
+        # (step, validation perplexity) of every validation so far, kept in the resume checkpoint:
+        # the training's own curve, whole after a resume too.
+        self.validation_curve: list[tuple[int, float]] = []
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["validation_curve"] = list(self.validation_curve)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.validation_curve = [tuple(point) for point in checkpoint.get("validation_curve", [])]
 
     def configure_model(self) -> None:
         if self.compile_model:  # in place: the weights keep their names in checkpoints and model.pt
@@ -151,6 +156,7 @@ class LanguageModelModule(L.LightningModule):
             ppl = math.inf
         if not math.isfinite(ppl):
             self.diverged("val/ppl", ppl, step=self.global_step)
+        self.validation_curve.append((self.global_step, ppl))
         self.log("val/ppl", ppl, prog_bar=True, logger=False, sync_dist=True)  # equal on every process
         # At the number of steps trained, which self.log does not use; only rank 0 talks to MLflow.
         if self.logger is not None and self.trainer.is_global_zero:
@@ -210,92 +216,6 @@ class ResumeCheckpoint(L.Callback):
         trainer.save_checkpoint(partial, weights_only=False)  # returns once it is written
         if trainer.is_global_zero:
             os.replace(partial, self.path)
-
-
-class Throughput(L.Callback):
-    """Training tokens per second, validation time left out."""
-
-    def __init__(self, tokens_per_step: int):
-        self.tokens_per_step = tokens_per_step
-        self.tokens_per_sec = float("nan")
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        self.first_step, self.started, self.paused = trainer.global_step, time.perf_counter(), 0.0
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        self.validation_started = time.perf_counter()
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        self.paused += time.perf_counter() - self.validation_started
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self.tokens_per_sec = self.rate(trainer)
-
-    def rate(self, trainer) -> float:
-        """Tokens per second from the start of training to now, validation left out."""
-        elapsed = time.perf_counter() - self.started - self.paused
-        steps = trainer.global_step - self.first_step
-        return steps * self.tokens_per_step / elapsed if elapsed > 0 else float("nan")
-
-
-class StepProgressBar(TQDMProgressBar):
-    """One bar for the whole run: the global step out of trainer.max_steps (a resumed run starts
-    where it stopped), the latest loss and validation perplexity, and tokens/s. Lightning's
-    default counts epochs, which here are only validation intervals."""
-
-    def __init__(self, throughput: Throughput, refresh_rate: int = 10):
-        super().__init__(refresh_rate=refresh_rate)
-        self.throughput = throughput
-
-    def init_train_tqdm(self) -> Tqdm:
-        return Tqdm(
-            desc="Training", unit="step", total=self.trainer.max_steps, initial=self.trainer.global_step,
-            position=2 * self.process_position, disable=self.is_disabled, leave=True, dynamic_ncols=True,
-            file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT,
-        )
-
-    def on_train_epoch_start(self, trainer, *_) -> None:
-        pass  # one bar for the run: nothing restarts at an epoch
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
-        super().on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
-        self.val_progress_bar.set_description("Validation", refresh=False)  # not "Validation DataLoader 0"
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if self._should_update(step, trainer.max_steps) and not self.train_progress_bar.disable:
-            self.train_progress_bar.n = step
-            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes
-
-    def get_metrics(self, trainer, pl_module) -> dict:
-        metrics = dict(trainer.progress_bar_metrics)
-        if pl_module.latest_loss is not None and trainer.training:  # this process's slice of the batch
-            metrics["train/loss"] = f"{pl_module.latest_loss.item():.3f}"
-        tokens_per_sec = self.throughput.rate(trainer)
-        if math.isfinite(tokens_per_sec):
-            metrics["tokens/s"] = f"{tokens_per_sec:,.0f}"
-        return metrics
-
-
-class DropMessages(logging.Filter):
-    def __init__(self, *prefixes: str):
-        super().__init__()
-        self.prefixes = prefixes
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(self.prefixes)
-
-
-def quiet_routine_warnings() -> None:
-    """Silence what every training would print and nothing in it concerns a user of this study:
-    Lightning's advert for its cloud logger, and a deprecation inside Lightning's own use of torch.
-    Warnings about our settings or data stay."""
-    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(existing, DropMessages) for existing in rank_zero.filters):
-        rank_zero.addFilter(DropMessages("💡 Tip: For seamless cloud logging"))
-    # lightning/pytorch/utilities/_pytree.py on torch >= 2.10: Lightning's code, not ours.
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                            category=FutureWarning)
 
 
 def build_trainer(config: DictConfig, callbacks: list[L.Callback]) -> L.Trainer:

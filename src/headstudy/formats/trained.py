@@ -1,9 +1,9 @@
-"""A trained model on disk: models/<name>/ holds the weights (model.pt), the resolved training
-config (config.yaml) and what the training recorded (run.json): name, variant, heads, seed,
-parameter count, the weights' sha256 and the sha256 of the prepared data it was trained on.
-Only content that the same inputs reproduce bit for bit: the MLflow run id and the measured
-speed live in MLflow (find the run with tracking.find_training_run). Plain PyTorch: no
-Lightning needed to read it back."""
+"""A trained model on disk: models/<name>/ holds the weights (model.pt), the training config
+(config.yaml: the training section of configs/train/<name>.yaml) and what the training recorded
+(run.json): name, variant, heads, seed, learning rate, parameter count, the weights' sha256 and
+the sha256 of the prepared data it was trained on. Only content that the same inputs reproduce
+bit for bit: the MLflow run id and the measured speed live in MLflow. Plain PyTorch: no
+Lightning needed to read it back, and the weights are hashed on every load."""
 
 from __future__ import annotations
 
@@ -14,30 +14,23 @@ import zipfile
 from pathlib import Path
 
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from headstudy.core.config import ConfigError, first_line, run_name
-from headstudy.core.data import check_vocab_size, digest_of, prepared_file_hashes
-from headstudy.core.files import write_json
-from headstudy.core.model import Decoder, ModelConfig, weights_sha256
+from headstudy.formats.errors import ConfigError, first_line
+from headstudy.formats.files import write_json
+from headstudy.formats.prepared import check_vocab_size, digest_of, prepared_file_hashes
+from headstudy.formats.runconfig import training_section
+from headstudy.weights.model import Decoder, ModelConfig, weights_sha256
 
 MODEL_FILE = "model.pt"
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.yaml"
-# Groups the training never reads: kept out of the model's config, so that editing them
-# changes nothing in the model folder.
-NOT_TRAINING = ("baselines", "inspect")
-# What must agree between a saved model and the config that asks for it.
-IDENTITY_KEYS = ("variant", "seed")
 
 
 def model_dir(config: DictConfig) -> Path:
-    return Path(config.paths.models) / run_name(config)
-
-
-def training_config(config: DictConfig) -> DictConfig:
-    kept = {key: value for key, value in OmegaConf.to_container(config).items() if key not in NOT_TRAINING}
-    return OmegaConf.create(kept)
+    return Path(config.paths.models) / config.name
 
 
 def read_run(directory: Path) -> dict:
@@ -58,7 +51,7 @@ def write_model(directory: Path, model: Decoder, config: DictConfig, record: dic
         {"model_config": OmegaConf.to_container(config.model), "state_dict": model.state_dict()},
         staging / MODEL_FILE,
     )
-    (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(training_config(config)))
+    (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(training_section(config), sort_keys=True))
     write_json(staging / RUN_FILE, record)
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
@@ -73,17 +66,19 @@ def data_record(prepared: Path) -> dict:
 def training_record(config: DictConfig, model: Decoder, data: dict) -> dict:
     """run.json: what the same inputs always reproduce, nothing about this one execution."""
     return {
-        "name": run_name(config),
+        "name": config.name,
         "variant": config.variant,
         "heads": config.model.n_heads,
         "seed": config.seed,
+        "lr": config.optimizer.lr,
         "params": sum(p.numel() for p in model.parameters()),
         "weights_sha256": weights_sha256(model),
         **data,
     }
 
 
-def load_model(directory: Path) -> Decoder:
+def load_model(directory: Path, weights: str | None = None) -> Decoder:
+    """The saved model, refused unless its weights hash to `weights` (run.json's record) when given."""
     path = Path(directory) / MODEL_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: no trained model in {directory} (train it first: dvc repro)")
@@ -99,30 +94,32 @@ def load_model(directory: Path) -> Decoder:
 
 
 def load_trained(config: DictConfig) -> tuple[Decoder, dict]:
-    """The model that `config` names (paths.models/h{variant}-s{seed}) and its run.json,
-    refused unless it is the model config asks for and was trained on the data now at
-    paths.prepared. Evaluate and inspect read models only through this."""
+    """The model that `config` names (paths.models/NAME) and its run.json, refused unless it is
+    the model config asks for, its weights are the ones its training recorded, and it was
+    trained on the data now at paths.prepared. Evaluate and inspect read models only through this."""
     directory = model_dir(config)
     record = read_run(directory)
     check_saved_config(directory, config)
     check_vocab_size(Path(config.paths.prepared), config.model.vocab_size, "model.vocab_size")
     check_trained_data(directory, record, Path(config.paths.prepared))
-    return load_model(directory), record
+    if not isinstance(record.get("weights_sha256"), str):
+        raise ConfigError(f"{directory / RUN_FILE} records no weights_sha256: train the model again")
+    return load_model(directory, record["weights_sha256"]), record
 
 
 def check_saved_config(directory: Path, config: DictConfig) -> None:
-    """The saved model's architecture, variant and seed must be the requested ones: a model
-    folder swapped or trained with other settings must not be scored under this name."""
+    """The saved model's training config must be the requested one: a model folder swapped or
+    trained with other settings must not be scored under this name."""
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: {directory} is not a complete trained model (train it again)")
-    saved = OmegaConf.load(path)
-    keys = [f"model.{key}" for key in sorted(set(config.model) | set(saved.get("model", {})))]
-    differing = []
-    for key in (*IDENTITY_KEYS, *keys):
-        was, asked = OmegaConf.select(saved, key), OmegaConf.select(config, key)
-        if str(was) != str(asked):
-            differing.append(f"{key} (saved {was!r}, requested {asked!r})")
+    try:
+        saved = flat(OmegaConf.to_container(OmegaConf.load(path)))
+    except (OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError, OSError) as error:
+        raise ConfigError(f"{path} is not a readable config ({first_line(error)}): train the model again") from None
+    asked = flat(OmegaConf.to_container(training_section(config)))
+    differing = [f"{key} (saved {saved.get(key)!r}, requested {asked.get(key)!r})"
+                 for key in sorted(set(saved) | set(asked)) if str(saved.get(key)) != str(asked.get(key))]
     if differing:
         raise ConfigError(f"{path} differs from the requested config in {', '.join(differing)}: "
                           "request the model's own settings, or train it again with these (dvc repro)")
@@ -150,3 +147,11 @@ def file_difference(recorded: str | None, found: str | None) -> str:
     if recorded is None:
         return "not there at training"
     return f"sha256 {found[:12]}..., recorded {recorded[:12]}..."
+
+
+def flat(tree, prefix: str = "") -> dict:
+    """{"model.n_heads": 4, ...}: every leaf of a nested mapping by its dotted key."""
+    if isinstance(tree, dict):
+        return {key: value for name, child in tree.items()
+                for key, value in flat(child, f"{prefix}{name}.").items()}
+    return {prefix.rstrip("."): tree}

@@ -1,19 +1,15 @@
-"""The prepared data on disk, and the two ways the models read it.
-
-Training draws random windows; evaluation walks the whole stream once.
-"""
+"""The prepared data on disk: token files per split, the tokenizer and their statistics, read
+back with every check a stage needs before it trusts them."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from headstudy.core.config import ConfigError, first_line
+from headstudy.formats.errors import ConfigError, first_line
 
 SPLITS = ("train", "valid", "test")
 TOKENIZER_FILE = "tokenizer.json"
@@ -89,41 +85,6 @@ def check_training_data(prepared: Path, vocab_size: int, context: int) -> None:
     check_length(load_tokens(prepared, "train"), context + 1, tokens_path(prepared, "train"),
                  f"one training window (model.context={context}, plus its next token)")
     check_length(load_tokens(prepared, "valid"), 2, tokens_path(prepared, "valid"), "validation")
-
-
-def training_batch(
-    tokens: np.ndarray, batch_size: int, context: int, seed: int, step: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch of training step `step`: a pure function of (seed, step).
-
-    Nothing hidden in a sampler decides it, so a run resumed at step k draws exactly the
-    batches that an uninterrupted run draws.
-    """
-    rng = np.random.default_rng([seed, step])
-    starts = rng.integers(0, len(tokens) - context, size=batch_size)
-    windows = np.asarray(tokens[starts[:, None] + np.arange(context + 1)], dtype=np.int64)
-    windows = torch.from_numpy(windows)
-    return windows[:, :-1], windows[:, 1:]
-
-
-def stream_batches(
-    tokens: np.ndarray, context: int, batch_size: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Non-overlapping windows over the whole stream: every token after the first is a target
-    exactly once. Full windows come in batches; a shorter tail window comes last, alone."""
-    stream = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
-    targets = len(stream) - 1
-    full_windows = targets // context
-    for first in range(0, full_windows, batch_size):
-        count = min(batch_size, full_windows - first)
-        chunk = stream[first * context : (first + count) * context + 1]
-        inputs = chunk[:-1].view(count, context)
-        labels = chunk[1:].view(count, context)
-        yield inputs, labels
-    tail = targets - full_windows * context
-    if tail:
-        start = full_windows * context
-        yield stream[start : start + tail].view(1, -1), stream[start + 1 :].view(1, -1)
 
 
 def sha256_file(path: Path) -> str:

@@ -1,0 +1,71 @@
+"""Guards around the pipeline's outputs: checks made before any work, so that a command refused
+here has changed nothing."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from headstudy.formats.errors import ConfigError
+from headstudy.settings.compose import project_root
+
+# The folders dvc.yaml writes, under the project root and under every studies/NAME folder.
+PIPELINE_OUTPUTS = {"prepared": "data/prepared", "models": "models", "metrics": "metrics", "reports": "reports"}
+
+
+def refuse_pipeline_outputs(config: DictConfig, *keys: str) -> None:
+    """Outside `dvc repro`, refuse to write where the pipeline keeps its outputs: a manual run
+    with other settings would replace them under a name that then means something else.
+    DVC sets DVC_STAGE for every stage it runs."""
+    if "DVC_STAGE" in os.environ:
+        return
+    root = project_root()
+    owners = [root, *sorted(path for path in (root / "studies").glob("*") if path.is_dir())]
+    clashes = []
+    for key in keys:
+        target = Path(config.paths[key]).resolve()
+        for owner in owners:
+            output = (owner / PIPELINE_OUTPUTS[key]).resolve()
+            if target == output or output in target.parents:
+                clashes.append(key)
+                break
+    if clashes:
+        given = " ".join(f"paths.{key}={config.paths[key]}" for key in clashes)
+        wanted = " ".join(f"paths.{key}=..." for key in clashes)
+        raise ConfigError(f"{given}: the pipeline's own output, written only by `dvc repro`; "
+                          f"for a run by hand pass {wanted} (another folder), or run `dvc repro`")
+
+
+def check_writable(*folders: Path) -> None:
+    """Each folder exists or can be made, and takes a file."""
+    for folder in map(Path, folders):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".headstudy-write-check-"):
+                pass
+        except OSError as error:
+            raise ConfigError(f"{folder} cannot be written ({error.strerror or error}): free it or point "
+                              "paths.* elsewhere before training, which would fail only at its end") from None
+
+
+@contextmanager
+def only_training_of(resume_folder: Path) -> Iterator[None]:
+    """One process at a time trains a given model with given settings: a second one started
+    beside it would share its checkpoint folder and MLflow run. Refused at once, not queued."""
+    lock = Path(resume_folder).with_name(Path(resume_folder).name + ".lock")
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another process is training this model with these settings now ({lock} is "
+                              "locked): wait for it to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

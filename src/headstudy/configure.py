@@ -1,0 +1,129 @@
+"""Stage `configure`: check the study in params.yaml and write the resolved config file of every
+stage into configs/, before any other stage runs.
+
+Each later stage depends on its own file here, not on conf/ or params.yaml: a comment or an
+unused preset in conf/ changes no file, so it reruns nothing, and a new learning rate changes
+exactly the files of the models that use it. Every refusal of a bad study happens here, first, so
+DVC has deleted no other stage's outputs when it comes. The folder is replaced whole, only once
+every file is composed and checked."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from headstudy.formats.errors import ConfigError
+from headstudy.formats.names import model_name, parse_variant
+from headstudy.formats.runconfig import config_text, training_section
+from headstudy.settings.compose import PARAMS_FILE, compose_config, read_params, stage_config
+
+CONFIGS = Path("configs")
+
+
+def listed(study: dict, key: str, required: bool = True) -> list:
+    """A non-empty list without repeats (DVC expands an empty matrix silently to no stages)."""
+    values = study.get(key)
+    if values is None and not required:
+        return []
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"study.{key} in {PARAMS_FILE} must be a non-empty list, got {values!r}")
+    names = [str(value) for value in values]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigError(f"study.{key} in {PARAMS_FILE} lists {', '.join(repeated)} more than once")
+    return values
+
+
+def study_models(params: dict) -> list[dict]:
+    """Every model the study trains: variant x learning rate (in a learning-rate study) x seed."""
+    study = params.get("study")
+    if not isinstance(study, dict):
+        raise ConfigError(f"{PARAMS_FILE}: expected a `study:` section with variants and seeds")
+    variants = [str(variant) for variant in listed(study, "variants")]
+    for variant in variants:
+        parse_variant(variant)
+    seeds = listed(study, "seeds")
+    lrs = listed(study, "lrs", required=False)
+    per_variant = study.get("variant_overrides") or {}
+    if not isinstance(per_variant, dict):
+        raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} must map variants to lists of key=value")
+    unknown = sorted(set(map(str, per_variant)) - set(variants))
+    if unknown:
+        raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} names {', '.join(unknown)}, "
+                          f"not in study.variants {variants}")
+    models = []
+    for variant in variants:
+        extra = per_variant.get(variant, per_variant.get(int(variant) if variant.isdigit() else variant, []))
+        if not isinstance(extra, list) or not all(isinstance(item, str) and "=" in item for item in extra):
+            raise ConfigError(f"study.variant_overrides.{variant} in {PARAMS_FILE} must be a list of key=value, got {extra!r}")
+        for lr in lrs or [None]:
+            for seed in seeds:
+                overrides = [f"variant={variant}", f"seed={seed}", *extra]
+                if lr is not None:
+                    overrides.append(f"optimizer.lr={lr}")
+                models.append({"name": model_name(variant, seed, lr), "variant": variant, "seed": seed,
+                               "lr": lr, "overrides": overrides})
+    return models
+
+
+def check_report(params: dict, variants: list[str]) -> dict:
+    report = params.get("report")
+    if not isinstance(report, dict) or not isinstance(report.get("title"), str):
+        raise ConfigError(f"{PARAMS_FILE}: expected a `report:` section with a title")
+    for pair in report.get("compare") or []:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ConfigError(f"report.compare in {PARAMS_FILE}: expected pairs [A, B], got {pair!r}")
+        missing = [str(v) for v in pair if str(v) not in variants]
+        if missing:
+            raise ConfigError(f"report.compare in {PARAMS_FILE} compares {', '.join(missing)}, "
+                              f"not in study.variants {variants}")
+    return report
+
+
+def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
+    """Every stage's config file, by its path under configs/."""
+    models = study_models(params)
+    variants = list(dict.fromkeys(model["variant"] for model in models))
+    report = check_report(params, variants)
+    files: dict[str, DictConfig] = {}
+    trained = {}
+    for model in models:
+        config = compose_config([*model["overrides"], *overrides], params)
+        config.name = model["name"]
+        files[f"train/{model['name']}.yaml"] = stage_config("train", config)
+        trained[model["name"]] = training_section(config)
+    shared = compose_config(list(overrides), params)
+    files["prepare.yaml"] = stage_config("prepare", shared)
+    files["baselines.yaml"] = stage_config("baselines", shared)
+    inspect = stage_config("inspect", shared)
+    inspect.models = trained
+    files["inspect.yaml"] = inspect
+    summary = stage_config("report", shared)
+    summary.study = OmegaConf.create(params["study"])
+    summary.report = OmegaConf.create(report)
+    summary.models = [{key: model[key] for key in ("name", "variant", "seed", "lr")} for model in models]
+    files["report.yaml"] = summary
+    return files
+
+
+def configure(folder: Path = CONFIGS) -> list[Path]:
+    files = resolve(read_params(required=True))
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for relative, config in files.items():
+        path = staging / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(config_text(config))
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    print(f"configure: {len(files)} config files in {folder}/, "
+          f"{sum(name.startswith('train/') for name in files)} models")
+    return [folder / relative for relative in files]
+
+
+def main(args: list[str]) -> None:
+    if args:
+        raise ConfigError(f"configure takes no overrides (got {' '.join(args)}): edit params.yaml or conf/")
+    configure()

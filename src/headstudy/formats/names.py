@@ -1,0 +1,26 @@
+"""Names of models and variants: the one place that builds or parses them.
+
+A variant is a head count, or a head count and the name of a file of further settings in
+conf/variant/ (`4`, `1-mix`, `4-nomix`). A model is a variant trained with one seed, and in a
+learning-rate study at one grid learning rate: `h4-s0`, `h1-mix-lr0.006-s2`."""
+
+from __future__ import annotations
+
+import re
+
+from headstudy.formats.errors import ConfigError
+
+VARIANT = re.compile(r"(\d+)(?:-([a-z][a-z0-9_]*))?")
+
+
+def parse_variant(variant) -> tuple[int, str | None]:
+    """(heads, settings file name or None), or a one-line refusal."""
+    match = VARIANT.fullmatch(str(variant))
+    if not match or int(match[1]) < 1:
+        raise ConfigError(f"variant={variant}: expected a head count, optionally followed by -NAME for "
+                          "conf/variant/NAME.yaml (e.g. 4 or 1-mix)")
+    return int(match[1]), match[2]
+
+
+def model_name(variant, seed: int, lr: float | None = None) -> str:
+    return f"h{variant}" + (f"-lr{lr:g}" if lr is not None else "") + f"-s{seed}"

@@ -1,1 +1,0 @@
-"""Statistics and figures of the reports."""

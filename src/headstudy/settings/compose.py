@@ -1,0 +1,278 @@
+"""Compose conf/ with the study's params.yaml and key=value overrides (Hydra's compose API), check
+the result, and cut from it the settings each stage reads.
+
+Every command composes its config here, and only here: under `dvc repro` the configure stage
+writes what `stage_config` returns into configs/, and each stage reads its file there; by hand, a
+command composes the same thing in memory. So a training by hand, `headstudy config` and the
+study agree: all three start from conf/, then params.yaml, then the overrides given."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from headstudy.formats.errors import ConfigError, first_line
+from headstudy.formats.names import model_name, parse_variant
+from headstudy.formats.runconfig import TRAINING_KEYS
+
+PARAMS_FILE = Path("params.yaml")
+# params.yaml sections that hold study settings rather than conf/ keys.
+STUDY_SECTIONS = ("study", "report")
+# params.yaml keys that choose a file of a conf/ group rather than set a key.
+GROUP_CHOICES = {"data": "corpus", "model": "preset"}
+
+
+def conf_dir() -> Path:
+    """HEADSTUDY_CONF, or the conf/ of the project this command runs in: the working directory
+    or the nearest folder above it that holds conf/config.yaml (a study in studies/NAME runs
+    from its own folder)."""
+    if "HEADSTUDY_CONF" in os.environ:
+        return Path(os.environ["HEADSTUDY_CONF"]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "conf" / "config.yaml").is_file():
+            return folder / "conf"
+    return here / "conf"
+
+
+def project_root() -> Path:
+    return conf_dir().parent
+
+
+def read_params(path: Path = PARAMS_FILE, required: bool = False) -> dict:
+    """The study's params.yaml ({} when there is none and none is required)."""
+    path = Path(path)
+    if not path.is_file():
+        if required:
+            raise ConfigError(f"{path} not found: run this in the folder of a study (the project root or studies/NAME)")
+        return {}
+    try:
+        params = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML ({first_line(error)})") from None
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (study:, trainer:, ...), got {type(params).__name__}")
+    return params
+
+
+def params_overrides(params: dict) -> list[str]:
+    """params.yaml's conf/ settings as Hydra overrides: `data.corpus` and `model.preset` choose a
+    file of their group, every other key sets that key (`trainer.max_steps: 3000`)."""
+    overrides = []
+    for section, values in params.items():
+        if section in STUDY_SECTIONS:
+            continue
+        if not isinstance(values, dict):  # a top-level key of conf/config.yaml (threads: 1)
+            overrides.append(f"{section}={override_value(values)}")
+            continue
+        for key, value in values.items():
+            if GROUP_CHOICES.get(section) == key:
+                overrides.append(f"{section}={value}")
+            else:
+                overrides.append(f"{section}.{key}={override_value(value)}")
+    return overrides
+
+
+def override_value(value) -> str:
+    """A YAML value in Hydra's override grammar (lists and strings included)."""
+    if isinstance(value, str):
+        return value if value and all(c.isalnum() or c in "._/-" for c in value) else repr(value)
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def variant_overrides(overrides: list[str]) -> list[str]:
+    """`variant=4` is 4 heads; `variant=1-mix` is 1 head plus the settings in conf/variants/mix.yaml."""
+    expanded = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key != "variant":
+            expanded.append(override)
+            continue
+        heads, extra = parse_variant(value)
+        expanded += [override, f"model.n_heads={heads}"] + ([f"+variants={extra}"] if extra else [])
+    return expanded
+
+
+def compose_config(overrides: list[str], params: dict | None = None) -> DictConfig:
+    """conf/, then params.yaml's settings (read from the working directory unless given), then
+    the overrides; checked, with a `name` for the model it describes."""
+    directory = conf_dir()
+    if not (directory / "config.yaml").is_file():
+        raise ConfigError(f"{directory}/config.yaml not found: run headstudy in the project root")
+    params = read_params() if params is None else params
+    overrides = [*params_overrides(params), *overrides]
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base=None):
+            config = compose("config", overrides=variant_overrides(overrides))
+        OmegaConf.resolve(config)
+    except (HydraException, OmegaConfBaseException) as error:
+        hints = override_hints(list(overrides), directory)
+        raise ConfigError(hints or f"conf/ with overrides {list(overrides)}: {first_line(error)}") from None
+    OmegaConf.set_struct(config, False)  # composed and checked: plain settings from here on
+    if config.variant is None:
+        config.variant = str(config.model.n_heads)
+    config.variant = str(config.variant)
+    validate(config)
+    config.name = model_name(config.variant, config.seed)
+    return config
+
+
+def groups(directory: Path) -> list[str]:
+    """The config groups of conf/, nested ones as `model/variant`."""
+    return sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*")
+                  if path.is_dir() and any(path.glob("*.yaml")))
+
+
+def group_options(directory: Path, group: str) -> list[str]:
+    return sorted(path.stem for path in (directory / group).glob("*.yaml"))
+
+
+def default_options(directory: Path) -> dict[str, str]:
+    """The option of each group that conf/config.yaml's defaults list picks."""
+    defaults = (yaml.safe_load((directory / "config.yaml").read_text()) or {}).get("defaults", [])
+    return {key: value for entry in defaults if isinstance(entry, dict) for key, value in entry.items()}
+
+
+def known_keys(directory: Path) -> list[str]:
+    """Every dotted key that some option of conf/ defines, e.g. `model.n_heads`, `paths.models`."""
+    keys: set[str] = set()
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}" if prefix else str(key))
+        elif prefix:
+            keys.add(prefix)
+
+    top = yaml.safe_load((directory / "config.yaml").read_text()) or {}
+    walk({key: value for key, value in top.items() if key != "defaults"}, "")
+    for group in groups(directory):
+        for option in group_options(directory, group):
+            path = directory / group / f"{option}.yaml"
+            package = group.replace("/", ".")
+            for line in path.read_text().splitlines():
+                if line.startswith("# @package "):
+                    package = line.removeprefix("# @package ").strip()
+            walk(yaml.safe_load(path.read_text()) or {}, package)
+    return sorted(keys)
+
+
+def override_hints(overrides: list[str], directory: Path) -> str:
+    """For overrides that name no key or option of conf/: what was probably meant."""
+    all_groups, keys = groups(directory), known_keys(directory)
+    hints = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        name, head = key.lstrip("+~"), f"{key}="
+        if name == "variant" and "-" in value:  # variant=1-mix names conf/variants/mix.yaml
+            heads, _, value = value.partition("-")
+            name, head = "variants", f"variant={heads}-"
+        if name in all_groups:
+            options = group_options(directory, name)
+            if value not in options:
+                close = difflib.get_close_matches(value, options, n=1)
+                hints.append(f"{head}{value}: conf/{name}/ has no option {value!r}"
+                             + (f" (did you mean {head}{close[0]}?)" if close else
+                                f"; the options are {', '.join(options)}"))
+        elif name not in keys and not any(known.startswith(name + ".") for known in keys):
+            close = difflib.get_close_matches(name, keys + all_groups, n=1, cutoff=0.6)
+            hints.append(f"{name} is not a config key"
+                         + (f" (did you mean {close[0]}?)" if close else
+                            "; `headstudy config` prints every key"))
+    return "; ".join(hints)
+
+
+
+
+def model_config(config: DictConfig):
+    """The plain model's ModelConfig (imported here: help and config printing need no torch)."""
+    from headstudy.weights.model import ModelConfig
+
+    try:
+        return ModelConfig(**OmegaConf.to_container(config.model))
+    except TypeError as error:
+        raise ConfigError(f"model: {error}") from None
+
+
+# Integer settings and their smallest allowed value.
+INTEGER_MINIMUMS = {
+    "seed": 0,
+    "threads": 1,
+    "data.vocab_size": 257,  # byte-level BPE starts from the 256 bytes
+    "data.batch_size": 1,
+    "trainer.max_steps": 1,
+    "trainer.val_every_steps": 1,
+    "trainer.loss_points": 1,
+}
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate(config: DictConfig) -> None:
+    """Every problem of a composed config, by key, in one line."""
+    problems = []
+    for key, minimum in INTEGER_MINIMUMS.items():
+        value = OmegaConf.select(config, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            problems.append(f"{key} must be an integer >= {minimum}, got {value!r}")
+    optimizer = config.optimizer
+    if not is_number(optimizer.lr) or optimizer.lr <= 0:
+        problems.append(f"optimizer.lr must be a finite positive number, got {optimizer.lr!r}")
+    if not is_number(optimizer.weight_decay) or optimizer.weight_decay < 0:
+        problems.append(f"optimizer.weight_decay must be a finite number >= 0, got {optimizer.weight_decay!r}")
+    betas = optimizer.betas
+    if not (OmegaConf.is_list(betas) and len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)):
+        problems.append(f"optimizer.betas must be two numbers in [0, 1), got {OmegaConf.to_container(betas) if OmegaConf.is_list(betas) else betas!r}")
+    for key in ("start_factor", "final_factor"):
+        if not is_number(optimizer[key]) or optimizer[key] < 0:
+            problems.append(f"optimizer.{key} must be a finite number >= 0, got {optimizer[key]!r}")
+    if not is_number(optimizer.warmup_fraction) or not 0 <= optimizer.warmup_fraction < 1:
+        problems.append(f"optimizer.warmup_fraction must be a number in [0, 1), got {optimizer.warmup_fraction!r}")
+    if "valid_fraction" in config.data:
+        fraction = config.data.valid_fraction
+        if not is_number(fraction) or not 0 < fraction < 0.5:
+            problems.append(f"data.valid_fraction must be a number in (0, 0.5), got {fraction!r}")
+    problems += model_config(config).problems()
+    heads, _ = parse_variant(config.variant)
+    if heads != config.model.n_heads:
+        problems.append(f"variant={config.variant} names {heads} heads, but model.n_heads="
+                        f"{config.model.n_heads}: set one of them")
+    if not problems and config.trainer.val_every_steps > config.trainer.max_steps:
+        problems.append(f"trainer.val_every_steps={config.trainer.val_every_steps} is more than trainer.max_steps="
+                        f"{config.trainer.max_steps}: no validation would run, and the curves would stay empty")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+# What each stage reads of the composed config. The configure stage writes exactly this to the
+# stage's file in configs/, so editing anything else never reruns the stage.
+STAGE_KEYS = {
+    "prepare": ("data", "paths.prepared"),
+    "baselines": ("data", "baselines", "paths.prepared", "paths.baselines"),
+    "train": ("name", *TRAINING_KEYS, "threads",
+              "paths.prepared", "paths.models", "paths.metrics", "paths.checkpoints"),
+    "inspect": ("inspect", "threads", "paths.prepared", "paths.models", "paths.reports"),
+    "report": ("paths.prepared", "paths.metrics", "paths.baselines", "paths.reports"),
+}
+# Commands that read the config of one model: `evaluate` reads the model's training config.
+STAGE_KEYS["evaluate"] = STAGE_KEYS["train"]
+
+
+def stage_config(command: str, config: DictConfig) -> DictConfig:
+    """The part of a composed config that `command` reads."""
+    selected = OmegaConf.create()
+    for key in STAGE_KEYS[command]:
+        OmegaConf.update(selected, key, OmegaConf.select(config, key), force_add=True)
+    return selected
