@@ -34,12 +34,12 @@ def test_command_help_describes_it_and_names_its_config_groups_and_their_options
     assert result.returncode == 0
     text = result.stdout
     assert text.startswith("usage: headstudy train [key=value ...]")
-    assert "one model for one (variant, seed)" in text
+    assert "one model of the study" in text
     groups = {line.split()[0]: line for line in text.splitlines() if "options:" in line}
     assert set(groups) == {"data", "model", "trainer", "optimizer"}
     assert "course (default), tiny" in groups["model"] and "ptb (default), textdir" in groups["data"]
-    assert "model/variant: mix" in text
-    assert "max_steps" in text and "lr" in text
+    assert "conf/variants/NAME.yaml: mix, nomix" in text
+    assert "max_steps=3000" in text and "lr=0.003" in text  # each key with the value a run here gets
 
 
 def test_every_command_has_help():

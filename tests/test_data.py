@@ -3,8 +3,10 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from headstudy.core.config import ConfigError, compose_config
-from headstudy.core.data import load_stats, load_tokens, stream_batches, training_batch
+from headstudy.formats.errors import ConfigError
+from headstudy.settings.compose import compose_config
+from headstudy.formats.prepared import load_stats, load_tokens
+from headstudy.weights.batches import stream_batches, training_batch
 from headstudy.prepare import prepare
 
 SENTENCES = [

@@ -1,13 +1,15 @@
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from headstudy.core.config import compose_config, model_config
-from headstudy.core.perplexity import perplexity, stream_nll
-from headstudy.inspect import ablation_ppl, attention_measures, attention_scores, role, spotlight_claim, spotlight_scores
-from headstudy.core.model import Decoder
+from headstudy.settings.compose import compose_config, model_config
+from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.inspect import (ablation_ppl, attention_measures, attention_scores, rank_heads, role, spotlight_null,
+                               spotlight_scores, summarise, union_coverage)
+from headstudy.weights.model import Decoder
 
 TOKENS = np.random.default_rng(0).integers(0, 1024, 2000).astype(np.uint16)
 
@@ -116,12 +118,81 @@ def test_heads_looking_at_different_places_cover_more_positions_than_one():
     assert per_position(split * 0.3)["covered_positions"] == 1 / 4
 
 
-def test_spotlight_claim_states_the_result_either_way():
-    def model(variant, seed, covered):
-        return {"variant": variant, "seed": seed, "layers": [{"layer": 0, "covered_positions": covered, "distinct_top1": 2.0}]}
+def test_heads_are_ranked_by_mean_distance_within_each_layer():
+    heads = [{"layer": 0, "head": h, "distance": d} for h, d in enumerate([9.0, 2.0, 30.0, 5.0])]
+    assert [(row["head"], row["rank"]) for row in rank_heads(heads)] == [(1, 0), (3, 1), (0, 2), (2, 3)]
 
-    holds = spotlight_claim([model("1", 0, 1.0), model("1", 1, 1.1), model("4", 0, 2.0), model("4", 1, 2.2)], "1", "4", 0.2)
-    assert holds[0]["holds"] and "the spotlight picture holds" in holds[0]["sentence"]
-    fails = spotlight_claim([model("1", 0, 2.0), model("1", 1, 1.0), model("4", 0, 1.2), model("4", 1, 2.1)], "1", "4", 0.2)
-    assert not fails[0]["holds"] and "not supported" in fails[0]["sentence"]
-    assert spotlight_claim([model("1", 0, 1.0)], "1", "4", 0.2) == []
+
+def test_seeds_are_averaged_by_rank_not_by_head_number():
+    # The local head is head 0 in seed 0 and head 1 in seed 1: by number they would average to 5 and 5.
+    models = [{"variant": "2", "heads": 2, "seed": seed, "head_scores": rank_heads(
+        [{"layer": 0, "head": h, "distance": d} for h, d in enumerate(distances)])}
+        for seed, distances in ((0, [1.0, 9.0]), (1, [9.0, 1.0]))]
+    rows = summarise(models, "head_scores", ("variant", "layer", "rank"), ("distance",))
+    assert [(row["rank"], row["distance"]["mean"], row["head_by_seed"]) for row in rows] == [(0, 1.0, [0, 1]), (1, 9.0, [1, 0])]
+
+
+def previous(length: int) -> torch.Tensor:
+    weights = torch.zeros(length, length)
+    weights[0, 0] = 1
+    weights[torch.arange(1, length), torch.arange(length - 1)] = 1
+    return weights
+
+
+def two_back(length: int) -> torch.Tensor:
+    """All weight two tokens back (at t = 1, where there is none, on the first position)."""
+    weights = torch.zeros(length, length)
+    weights[:2, 0] = 1
+    weights[torch.arange(2, length), torch.arange(length - 2)] = 1
+    return weights
+
+
+def parked(length: int) -> torch.Tensor:
+    weights = torch.zeros(length, length)
+    weights[:, 0] = 1
+    return weights
+
+
+class FixedAttention(torch.nn.Module):
+    """A stand-in model with one attention layer whose heads attend as the given patterns say,
+    whatever the tokens: the spotlight measures see only attention weights."""
+
+    def __init__(self, *patterns, context: int = 32):
+        super().__init__()
+        self.patterns = patterns
+        self.config = SimpleNamespace(context=context, n_layers=1)
+        self.attention_layers = [SimpleNamespace(capture_weights=False, captured_weights=None)]
+
+    def forward(self, tokens: torch.Tensor) -> None:
+        weights = torch.stack([pattern(tokens.shape[1]) for pattern in self.patterns])  # (H, T, T)
+        self.attention_layers[0].captured_weights = weights.expand(tokens.shape[0], -1, -1, -1)
+
+
+WINDOWS = TOKENS[: 4 * 32 + 1]  # four whole windows of 32 tokens: 31 query positions each
+
+
+def test_the_union_of_two_models_counts_a_position_once():
+    models = [FixedAttention(previous), FixedAttention(parked)]
+    coverage = union_coverage(models, [(0,), (1,), (0, 1)], WINDOWS, batch_size=3, thresholds=(0.2, 0.5))
+    # Alone, one position each; together two, except at t = 1 where the previous token is the first.
+    assert coverage[:, 0, 0] == pytest.approx([1.0, 1.0, (1 + 2 * 30) / 31])
+    assert coverage[:, 0, 1] == pytest.approx(coverage[:, 0, 0])  # weight 1 passes either threshold
+    assert models[0].attention_layers[0].capture_weights is False
+
+
+def test_a_multi_head_model_exceeds_the_null_only_when_it_covers_more_than_independent_heads():
+    def study(*multi_patterns, singles):
+        return [{"variant": "2", "heads": 2, "seed": 0, "model": FixedAttention(*multi_patterns)}] + [
+            {"variant": "1", "heads": 1, "seed": seed, "model": FixedAttention(pattern)} for seed, pattern in enumerate(singles)]
+
+    # Two heads that are just two unrelated single heads: inside the null, so no spotlight claim.
+    same = spotlight_null(study(previous, parked, singles=[previous, parked]), "2", WINDOWS, 4, (0.2,))
+    assert same["rows"][0]["multi_covered"] == pytest.approx(same["rows"][0]["null_covered"])
+    assert same["rows"][0]["position"] == "within" and same["complete"] and same["null_unions"] == 1
+    # Independent single heads that all learned the same thing: the two heads cover more.
+    beyond = spotlight_null(study(previous, two_back, singles=[previous, previous, previous]), "2", WINDOWS, 4, (0.2,))
+    assert beyond["null_unions"] == 3 and beyond["rows"][0]["null_covered"] == pytest.approx([1.0] * 3)
+    assert beyond["rows"][0]["position"] == "above"
+    # One single head cannot stand for two: the null is incomplete and cannot show "above".
+    short = spotlight_null(study(previous, two_back, singles=[previous]), "2", WINDOWS, 4, (0.2,))
+    assert not short["complete"] and short["rows"][0]["position"] == "undetermined"

@@ -3,9 +3,10 @@ import subprocess
 import pytest
 import torch
 
-from headstudy.core.config import ConfigError, compose_config, model_config
+from headstudy.formats.errors import ConfigError
+from headstudy.settings.compose import compose_config, model_config
 from headstudy.count import count
-from headstudy.core.model import Decoder, weights_sha256
+from headstudy.weights.model import Decoder, weights_sha256
 
 
 @pytest.mark.parametrize("heads, expected", [(1, 328_704), (4, 345_216)])

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from headstudy.core.config import compose_config, model_config
-from headstudy.core.perplexity import perplexity, stream_nll
-from headstudy.core.model import Decoder
+from headstudy.settings.compose import compose_config, model_config
+from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.weights.model import Decoder
 
 
 def uniform_model(in_project):

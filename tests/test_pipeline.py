@@ -34,7 +34,8 @@ def project(tmp_path_factory) -> Path:
 def test_repro_trains_evaluates_and_reports_every_variant(project):
     result = run(project, "dvc", "repro")
     assert ran_stages(result.stdout) == {
-        "prepare", "baselines", "train@1-0", "train@1-mix-0", "evaluate@1-0", "evaluate@1-mix-0", "inspect", "report"
+        "configure", "prepare", "baselines", "train@1-0", "train@1-mix-0", "evaluate@1-0", "evaluate@1-mix-0",
+        "inspect", "report"
     }
     summary = json.loads((project / "reports/summary.json").read_text())
     one, mixed = summary["rows"]
@@ -49,9 +50,11 @@ def test_repro_trains_evaluates_and_reports_every_variant(project):
     assert "| 1 head + output projection |" in report and "Inside the heads" in report and "## Budget" in report
     assert "No comparison: none of the pairs in report.compare" in report
     # budget evidence, validation curves, test perplexity; two attention maps, head scores
+    # validation curves, test perplexity, comparisons; two attention maps, head scores (no budget
+    # evidence: the long runs behind it are not at this study's budget)
     assert (project / "reports/results.html").read_text().count("data:image/png;base64,") == 6
     heads = json.loads((project / "reports/heads.json").read_text())
-    assert [(row["variant"], row["head"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0)]
+    assert [(row["variant"], row["rank"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0)]
 
     [tracked] = [r for r in runs(project) if r.info.run_name == "h1-s0"]
     assert tracked.info.status == "FINISHED"
@@ -67,18 +70,70 @@ def test_second_repro_runs_nothing(project):
     assert ran_stages(run(project, "dvc", "repro").stdout) == set()
 
 
+def stale_stages(project: Path) -> set[str]:
+    """The stages `dvc status` calls changed (a stage name per key of its JSON output)."""
+    return set(json.loads(run(project, "dvc", "status", "--json").stdout))
+
+
+def edited(path: Path, addition: str):
+    """Append to a file for the length of a `with` block."""
+    class Edit:
+        def __enter__(self):
+            self.text = path.read_text()
+            path.write_text(self.text + addition)
+
+        def __exit__(self, *exc):
+            path.write_text(self.text)
+    return Edit()
+
+
+def test_a_change_to_bookkeeping_or_analysis_code_leaves_every_model_up_to_date(project):
+    package = project / "src/headstudy"
+    with edited(package / "bookkeeping/tracking.py", '\n"""A docstring that changes nothing."""\n'), \
+            edited(package / "analysis/statistics.py", "\n# a comment\n"), edited(package / "cli.py", "\n# a comment\n"):
+        assert stale_stages(project) == {"inspect", "report"}  # the two stages that run statistics.py
+    assert stale_stages(project) == set()
+
+
+def test_a_change_to_the_model_code_makes_every_model_stale(project):
+    with edited(project / "src/headstudy/weights/model.py", "\n# a comment\n"):
+        stale = stale_stages(project)
+    assert {"train@1-0", "train@1-mix-0"} <= stale
+    assert not {"prepare", "baselines"} & stale
+
+
+def test_a_new_preset_the_study_does_not_use_retrains_nothing(project):
+    preset = project / "conf/model/wide.yaml"
+    preset.write_text((project / "conf/model/tiny.yaml").read_text().replace("width: 32", "width: 64"))
+    assert ran_stages(run(project, "dvc", "repro").stdout) == {"configure"}  # its files come out the same
+    assert stale_stages(project) == set()
+
+
+def test_a_refused_study_deletes_no_output(project):
+    """configure runs first and refuses before DVC has deleted any other stage's outputs."""
+    before = {path: path.read_bytes() for path in (project / "reports").rglob("*") if path.is_file()}
+    params = (project / "params.yaml").read_text()
+    edit_params(project, "trainer", max_steps=10)  # shorter than val_every_steps: no validation
+    result = run(project, "dvc", "repro", check=False)
+    assert result.returncode != 0
+    assert "trainer.val_every_steps=25 is more than trainer.max_steps=10" in result.stdout + result.stderr
+    (project / "params.yaml").write_text(params)
+    assert {path: path.read_bytes() for path in (project / "reports").rglob("*") if path.is_file()} == before
+    assert (project / "configs/train/h1-s0.yaml").is_file()
+
+
 def test_adding_a_head_count_trains_only_the_new_model(project):
     edit_params(project, "study", variants=[1, "1-mix", 4])
     result = run(project, "dvc", "repro")
-    assert ran_stages(result.stdout) == {"train@4-0", "evaluate@4-0", "inspect", "report"}
+    assert ran_stages(result.stdout) == {"configure", "train@4-0", "evaluate@4-0", "inspect", "report"}
     summary = json.loads((project / "reports/summary.json").read_text())
     assert [row["variant"] for row in summary["rows"]] == ["1", "1-mix", "4"]
     assert [(c["variant_a"], c["variant_b"]) for c in summary["comparisons"]] == [("1", "4"), ("1-mix", "4")]
     assert summary["comparisons"][0]["relative_ci95"] == [None, None]
     assert "no claim is made" in (project / "reports/results.md").read_text()  # one seed
     heads = json.loads((project / "reports/heads.json").read_text())
-    assert [(row["variant"], row["head"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0), ("4", 0), ("4", 1), ("4", 2), ("4", 3)]
-    assert [claim["layer"] for claim in heads["claims"]] == [0]
+    assert [(row["variant"], row["rank"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0), ("4", 0), ("4", 1), ("4", 2), ("4", 3)]
+    assert [row["layer"] for row in heads["spotlight"]["rows"]] == [0]
     assert sorted(r.info.run_name for r in runs(project) if r.info.run_name.startswith("h")) == ["h1-mix-s0", "h1-s0", "h4-s0"]
 
 
@@ -87,9 +142,12 @@ def test_changing_the_budget_retrains_every_model(project):
     edit_params(project, "trainer", max_steps=steps // 2)
     # A dry run lists the stages whose own inputs changed; the rest follow from their outputs.
     planned = ran_stages(run(project, "dvc", "repro", "--dry").stdout)
-    assert planned == {"train@1-0", "train@1-mix-0", "train@4-0"}
+    assert planned == {"configure"}  # the rest follows from its new files, which --dry does not write
+    run(project, "dvc", "repro", "configure")
+    assert {"train@1-0", "train@1-mix-0", "train@4-0"} <= stale_stages(project)
     edit_params(project, "trainer", max_steps=steps)
-    assert ran_stages(run(project, "dvc", "repro", "--dry").stdout) == set()
+    run(project, "dvc", "repro", "configure")
+    assert stale_stages(project) == set()
 
 
 def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):

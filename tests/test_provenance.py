@@ -7,18 +7,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headstudy.core.config import compose_config, config_digest
-from headstudy.train import dvc_locked_md5
+from headstudy.formats.runconfig import config_digest
+from headstudy.settings.compose import compose_config
+from headstudy.bookkeeping.tracking import dvc_locked_md5
 
 
 @pytest.mark.parametrize("override", ["threads=1", "inspect.batch_size=3", "paths.reports=elsewhere",
-                                      "baselines.add_k=0.5"])
+                                      "paths.checkpoints=elsewhere", "baselines.add_k=0.5"])
 def test_settings_of_later_stages_keep_a_killed_trainings_resume_key(in_project, override):
     assert config_digest(compose_config([override])) == config_digest(compose_config([]))
 
 
-@pytest.mark.parametrize("override", ["seed=1", "model.n_heads=4", "optimizer.lr=0.01", "trainer.max_steps=7",
-                                      "data.batch_size=16", "paths.prepared=other"])
+@pytest.mark.parametrize("override", ["seed=1", "model.n_heads=4", "variant=4-nomix", "optimizer.lr=0.01",
+                                      "trainer.max_steps=2999", "data.batch_size=16"])
 def test_settings_that_shape_the_weights_change_the_resume_key(in_project, override):
     assert config_digest(compose_config([override])) != config_digest(compose_config([]))
 

@@ -14,9 +14,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import headstudy_environment, served_mlflow
-from headstudy.core.config import ConfigError, compose_config
-from headstudy.core.jobs import cores
-from headstudy.core.training import build_trainer
+from headstudy.formats.errors import ConfigError
+from headstudy.settings.compose import compose_config
+from headstudy.bookkeeping.jobs import cores
+from headstudy.weights.training import build_trainer
 from headstudy.count import count
 from tinyproject import TINY, commit, make_project, ran_stages, run, runs
 
@@ -74,7 +75,7 @@ def assert_every_metric_recorded(client: MlflowClient, run) -> None:
 AT_THE_SIGNAL = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from headstudy.core.config import compose_config
+    from headstudy.settings.compose import compose_config
     from headstudy.train import train
     overrides = sys.argv[1:]
     config = compose_config(overrides)

@@ -3,7 +3,10 @@ import math
 import numpy as np
 import pytest
 
-from headstudy.reporting.statistics import mean_ci95, paired_difference, perplexity_ci95, share_explained, verdict
+from scipy import stats
+
+from headstudy.analysis.statistics import (additive_fit, against_null, contrast, holm, mean_ci95, paired_difference,
+                                           perplexity_ci95, polynomial_trend, union_combinations, verdict)
 
 T_975_2DF = 4.302653  # Student t, 97.5th percentile, 2 degrees of freedom (printed tables: 4.303)
 T_975_1DF = 12.706205
@@ -69,7 +72,108 @@ def test_one_seed_makes_no_claim():
     assert "no claim is made" in verdict(single)
 
 
-def test_share_explained_is_the_control_s_part_of_the_log_perplexity_gain():
-    total = paired_difference({0: 40.0, 1: 44.0}, {0: 30.0, 1: 33.0}, "1", "4")  # both -25%
-    control = paired_difference({0: 40.0, 1: 44.0}, {0: 40.0 * 0.75 ** 0.5, 1: 44.0 * 0.75 ** 0.5}, "1", "1-mix")
-    assert share_explained(total, control) == pytest.approx(0.5)
+def test_a_log_ratio_per_word_is_the_one_per_token_times_tokens_per_word():
+    # B is 10% lower per token in every seed; at 2 tokens per word that is 0.9^2 = 0.81 per word.
+    comparison = paired_difference({0: 10.0, 1: 20.0}, {0: 9.0, 1: 18.0}, "A", "B", tokens_per_word=2.0)
+    assert comparison["log_ratio"] == pytest.approx(math.log(0.9))
+    assert comparison["log_ratio_per_word"] == pytest.approx(2 * math.log(0.9))
+    assert comparison["relative_per_word"] == pytest.approx(0.81 - 1)
+    # No spread between the seeds: the interval shrinks to the estimate in both units.
+    assert comparison["log_ratio_per_word_ci95"] == pytest.approx([2 * math.log(0.9)] * 2)
+
+
+def test_per_seed_signs_count_the_seeds_where_b_is_lower():
+    comparison = paired_difference({0: 10.0, 1: 10.0, 2: 10.0}, {0: 9.0, 1: 11.0, 2: 9.5}, "1 head", "4 heads")
+    assert comparison["b_better_in"] == 2
+    assert comparison["per_seed_log_ratio"] == pytest.approx([math.log(0.9), math.log(1.1), math.log(0.95)])
+    assert "lower perplexity for 4 heads in 2 of 3 seeds" in verdict(comparison)
+
+
+# Variants x seeds: variant effects 0, 1, 2, seed effects 0, 10, 20, and errors whose every row and
+# column sums to 0, so the additive fit's residuals are exactly these errors.
+ERRORS = np.array([[1.0, -1.0, 0.0], [-1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+DESIGN = np.array([0.0, 1.0, 2.0])[:, None] + np.array([0.0, 10.0, 20.0])[None, :] + ERRORS
+
+
+def test_additive_fit_pools_the_residual_variance_over_every_variant():
+    fit = additive_fit(DESIGN)
+    assert fit["df_residual"] == 4 and fit["df_variant"] == 2
+    assert fit["residual_variance"] == pytest.approx(4 / 4)  # sum of squared errors / (V-1)(S-1)
+    # Between variants: 3 seeds x ((-1)^2 + 0^2 + 1^2) / 2 = 3 per degree of freedom, against 1.
+    assert fit["f"] == pytest.approx(3.0)
+    assert fit["p"] == pytest.approx(stats.f.sf(3.0, 2, 4))
+
+
+def test_a_contrast_uses_the_pooled_variance_and_its_degrees_of_freedom():
+    result = contrast(additive_fit(DESIGN), [-1, 0, 1], tokens_per_word=2.0)
+    se = math.sqrt(1.0 * 2 / 3)  # residual variance x sum of squared weights / seeds
+    half_width = 2.776445 * se  # Student t, 97.5th percentile, 4 degrees of freedom
+    assert result["log_ratio"] == pytest.approx(2.0)
+    assert result["se"] == pytest.approx(se)
+    assert result["log_ratio_ci95"] == pytest.approx([2 - half_width, 2 + half_width], rel=1e-5)
+    assert result["log_ratio_per_word"] == pytest.approx(4.0)
+    assert result["p"] == pytest.approx(2 * stats.t.sf(2 / se, 4))
+    with pytest.raises(ValueError, match="sum to 0"):
+        contrast(additive_fit(DESIGN), [1, 0, 0])
+
+
+def test_with_two_variants_the_pooled_contrast_is_the_paired_comparison():
+    ppl_a, ppl_b = {0: 10.0, 1: 12.0, 2: 14.0}, {0: 8.0, 1: 10.0, 2: 11.0}
+    paired = paired_difference(ppl_a, ppl_b, "A", "B")
+    pooled = contrast(additive_fit(np.log([list(ppl_a.values()), list(ppl_b.values())])), [-1, 1])
+    assert pooled["log_ratio"] == pytest.approx(paired["log_ratio"])
+    assert pooled["log_ratio_ci95"] == pytest.approx(paired["log_ratio_ci95"])
+
+
+def test_one_seed_leaves_no_residual_and_claims_nothing():
+    fit = additive_fit(np.log([[10.0], [9.0]]))
+    assert fit["df_residual"] == 0 and math.isnan(fit["residual_variance"]) and math.isnan(fit["p"])
+    result = contrast(fit, [-1, 1])
+    assert result["log_ratio"] == pytest.approx(math.log(0.9))
+    assert math.isnan(result["log_ratio_ci95"][0]) and result["significant"] is False
+
+
+def test_holm_multiplies_the_smallest_p_by_the_family_size_and_keeps_the_order():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.8]) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def sweep_design(means: np.ndarray, noise: float) -> np.ndarray:
+    """Six head counts x two seeds: the given means, a seed effect, and errors that cancel per row
+    and per column (so the fitted means are exactly `means`)."""
+    errors = noise * np.array([1, -1, 1, -1, 1, -1], dtype=float)
+    return np.stack([means + errors, means - errors + 0.3], axis=1)
+
+
+def test_a_u_shaped_sweep_has_a_positive_quadratic_trend_and_its_minimum_inside():
+    x = np.arange(6.0)  # log2 of 1, 2, ..., 32 heads
+    trend = polynomial_trend(additive_fit(sweep_design(0.01 * (x - 2.5) ** 2, noise=0.001)), x)
+    assert trend["minimum_at"] == pytest.approx(2.5)
+    assert trend["quadratic"]["estimate"] > 0 and trend["quadratic"]["significant"]
+    assert trend["linear"]["estimate"] == pytest.approx(0, abs=1e-12)  # symmetric about the middle
+    assert trend["lack_of_fit_f"] == pytest.approx(0, abs=1e-9)  # the means are exactly quadratic
+
+
+def test_a_rising_sweep_has_a_positive_linear_trend_and_no_minimum():
+    x = np.arange(6.0)
+    trend = polynomial_trend(additive_fit(sweep_design(0.01 * x, noise=0.001)), x)
+    assert trend["linear"]["estimate"] > 0 and trend["linear"]["significant"]
+    assert not trend["quadratic"]["significant"]
+    assert trend["minimum_at"] is None
+
+
+def test_unions_take_every_choice_of_k_members_or_all_when_there_are_fewer():
+    assert len(union_combinations(6, 4)) == 15
+    assert union_combinations(3, 4) == [(0, 1, 2)]
+
+
+@pytest.mark.parametrize("observed, complete, position", [
+    ([2.5, 2.6], True, "above"),
+    ([1.0, 1.1], True, "below"),
+    ([1.9, 2.5], True, "within"),
+    ([2.5, 2.6], False, "undetermined"),  # above a null of too few heads says nothing
+    ([1.9, 2.5], False, "not above"),
+    ([1.0, 1.1], False, "below"),
+])
+def test_a_model_exceeds_the_null_only_when_every_seed_beats_every_union(observed, complete, position):
+    assert against_null(observed, [1.8, 2.0, 2.2], complete) == position

@@ -21,9 +21,9 @@ import yaml
 
 from conftest import ROOT, served_mlflow
 from tinyproject import set_threads
-from headstudy.core import tracking
-from headstudy.core.trained import load_model
-from headstudy.reporting.statistics import paired_difference
+from headstudy.bookkeeping import tracking
+from headstudy.formats.trained import load_model
+from headstudy.analysis.statistics import paired_difference
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from headstudy.core.config import compose_config, model_config
-from headstudy.core.data import load_tokens
-from headstudy.core.model import Decoder, next_token_loss
-from headstudy.core.training import LanguageModelModule, TokenDataModule, TrainingBatches, build_trainer, one_cycle
+from headstudy.settings.compose import compose_config, model_config
+from headstudy.formats.prepared import load_tokens
+from headstudy.weights.model import Decoder, next_token_loss
+from headstudy.weights.training import LanguageModelModule, TokenDataModule, TrainingBatches, build_trainer, one_cycle
 
 STEPS = 12
 

@@ -27,7 +27,7 @@ def bigram_nll(train: np.ndarray, test: np.ndarray, vocab_size: int, add_k: floa
 
 
 def baselines(config: DictConfig) -> dict:
-    refuse_pipeline_outputs(config, "metrics")
+    refuse_pipeline_outputs(config, "baselines")
     prepared = Path(config.paths.prepared)
     check_vocab_size(prepared, config.data.vocab_size, "data.vocab_size")
     train = np.asarray(load_tokens(prepared, "train"), dtype=np.int64)

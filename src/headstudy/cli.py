@@ -58,28 +58,37 @@ def summary(text: str) -> str:
 
 
 def command_help(command: str) -> str:
-    from headstudy.settings.compose import conf_dir, default_options, group_options, groups, known_keys
+    from omegaconf import OmegaConf
+
+    from headstudy.settings.compose import compose_config, conf_dir, default_options, group_options
 
     directory = conf_dir()
     arguments = ARGUMENTS.get(command, "[key=value ...]")
     lines = [f"usage: headstudy {command} {arguments}", "", description(command), ""]
+    if command in STAGES:
+        lines += [f"Under `dvc repro` it reads `--config configs/...`, the file the configure stage wrote; "
+                  "by hand it composes the same settings from conf/, params.yaml and the overrides.", ""]
     if not COMMANDS[command]:
         lines.append("It composes no config group.")
         return "\n".join(lines)
-    keys, defaults, all_groups = known_keys(directory), default_options(directory), groups(directory)
+    defaults = default_options(directory)
+    # The values a run by hand gets: conf/ with this folder's params.yaml, as `headstudy config` shows.
+    composed = OmegaConf.to_container(compose_config([]))
     lines.append(f"Config groups it reads (from {directory}; choose a file with GROUP=OPTION, "
-                 "set a key with GROUP.KEY=VALUE):")
+                 "set a key with GROUP.KEY=VALUE; the values are those a run here gets):")
     for group in COMMANDS[command]:
         options = [f"{option} (default)" if option == defaults.get(group) else option
                    for option in group_options(directory, group)]
         lines.append(f"  {group:<10} options: {', '.join(options)}")
-        for nested in (g for g in all_groups if g.startswith(group + "/")):
-            lines.append(f"  {'':<10} {nested}: {', '.join(group_options(directory, nested))}")
-        group_keys = sorted({key.split(".")[1] for key in keys if key.startswith(group + ".")})
-        lines.append(f"  {'':<10} keys: {', '.join(group_keys)}")
-    top = [key for key in keys if key.split(".")[0] not in all_groups]
-    lines += ["", f"Other keys: {', '.join(top)}.",
-              "`headstudy config [key=value ...]` prints the resolved config."]
+        values = ", ".join(f"{key}={value}" for key, value in composed.get(group, {}).items()
+                           if not isinstance(value, dict))
+        lines.append(f"  {'':<10} keys: {values}")
+    if "model" in COMMANDS[command]:
+        lines.append(f"  {'variant':<10} a head count, or H-NAME for H heads and conf/variants/NAME.yaml: "
+                     f"{', '.join(group_options(directory, 'variants'))}")
+    top = ", ".join(f"{key}={value}" for key, value in composed.items()
+                    if not isinstance(value, dict) and key not in ("name",))
+    lines += ["", f"Other keys: {top}.", "`headstudy config [key=value ...]` prints the resolved config."]
     return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from headstudy.formats.errors import ConfigError
-from headstudy.formats.names import model_name, parse_variant
+from headstudy.formats.names import model_name, parse_variant, task_folder
 from headstudy.formats.runconfig import config_text, training_section
 from headstudy.settings.compose import PARAMS_FILE, compose_config, read_params, stage_config
 
@@ -36,8 +36,14 @@ def listed(study: dict, key: str, required: bool = True) -> list:
     return values
 
 
+def task_overrides(clues: int | None) -> list[str]:
+    """A study of the multi-clue task trains each model on the task with `clues` clues."""
+    return [] if clues is None else [f"data.clues={clues}", f"paths.prepared={task_folder(clues)}"]
+
+
 def study_models(params: dict) -> list[dict]:
-    """Every model the study trains: variant x learning rate (in a learning-rate study) x seed."""
+    """Every model the study trains: variant x learning rate (in a learning-rate study) x number
+    of clues (in a multi-clue task study) x seed."""
     study = params.get("study")
     if not isinstance(study, dict):
         raise ConfigError(f"{PARAMS_FILE}: expected a `study:` section with variants and seeds")
@@ -46,6 +52,7 @@ def study_models(params: dict) -> list[dict]:
         parse_variant(variant)
     seeds = listed(study, "seeds")
     lrs = listed(study, "lrs", required=False)
+    clue_counts = listed(study, "clues", required=False)
     per_variant = study.get("variant_overrides") or {}
     if not isinstance(per_variant, dict):
         raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} must map variants to lists of key=value")
@@ -59,34 +66,31 @@ def study_models(params: dict) -> list[dict]:
         if not isinstance(extra, list) or not all(isinstance(item, str) and "=" in item for item in extra):
             raise ConfigError(f"study.variant_overrides.{variant} in {PARAMS_FILE} must be a list of key=value, got {extra!r}")
         for lr in lrs or [None]:
-            for seed in seeds:
-                overrides = [f"variant={variant}", f"seed={seed}", *extra]
-                if lr is not None:
-                    overrides.append(f"optimizer.lr={lr}")
-                models.append({"name": model_name(variant, seed, lr), "variant": variant, "seed": seed,
-                               "lr": lr, "overrides": overrides})
+            for clues in clue_counts or [None]:
+                for seed in seeds:
+                    overrides = [f"variant={variant}", f"seed={seed}", *extra, *task_overrides(clues)]
+                    if lr is not None:
+                        overrides.append(f"optimizer.lr={lr}")
+                    models.append({"name": model_name(variant, seed, lr, clues), "variant": variant,
+                                   "seed": seed, "lr": lr, "clues": clues, "overrides": overrides})
     return models
 
 
-def check_report(params: dict, variants: list[str]) -> dict:
+def check_report(params: dict) -> dict:
     report = params.get("report")
     if not isinstance(report, dict) or not isinstance(report.get("title"), str):
         raise ConfigError(f"{PARAMS_FILE}: expected a `report:` section with a title")
     for pair in report.get("compare") or []:
+        # A pair naming a variant outside the study is allowed: the report says it is left out.
         if not isinstance(pair, list) or len(pair) != 2:
             raise ConfigError(f"report.compare in {PARAMS_FILE}: expected pairs [A, B], got {pair!r}")
-        missing = [str(v) for v in pair if str(v) not in variants]
-        if missing:
-            raise ConfigError(f"report.compare in {PARAMS_FILE} compares {', '.join(missing)}, "
-                              f"not in study.variants {variants}")
     return report
 
 
 def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     """Every stage's config file, by its path under configs/."""
     models = study_models(params)
-    variants = list(dict.fromkeys(model["variant"] for model in models))
-    report = check_report(params, variants)
+    report = check_report(params)
     files: dict[str, DictConfig] = {}
     trained = {}
     for model in models:
@@ -95,6 +99,8 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
         files[f"train/{model['name']}.yaml"] = stage_config("train", config)
         trained[model["name"]] = training_section(config)
     shared = compose_config(list(overrides), params)
+    for clues in listed(params["study"], "clues", required=False):
+        files[f"prepare/k{clues}.yaml"] = stage_config("prepare", compose_config([*overrides, *task_overrides(clues)], params))
     files["prepare.yaml"] = stage_config("prepare", shared)
     files["baselines.yaml"] = stage_config("baselines", shared)
     inspect = stage_config("inspect", shared)
@@ -103,7 +109,7 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     summary = stage_config("report", shared)
     summary.study = OmegaConf.create(params["study"])
     summary.report = OmegaConf.create(report)
-    summary.models = [{key: model[key] for key in ("name", "variant", "seed", "lr")} for model in models]
+    summary.models = [{key: model[key] for key in ("name", "variant", "seed", "lr", "clues")} for model in models]
     files["report.yaml"] = summary
     return files
 

@@ -3,14 +3,18 @@ heads look at more places than one.
 
 On the whole test split, for every layer and head: where its attention goes (previous token,
 itself, the first position), how far and how thinly it spreads, and how much test perplexity
-rises when its output is zeroed. Per layer, the spotlight measures: how many distinct positions
-get substantial weight from at least one head, and how many distinct top-1 targets the heads
-pick. The weights come from the model's own forward pass (capture switched on), so there is no
-second copy of the attention maths.
+rises when its output is zeroed. Head numbers are arbitrary in each trained model, so heads are
+ordered within each model by mean attention distance (rank 0 = the most local) before anything is
+averaged over seeds. Per layer, the spotlight measures: how many distinct positions get
+substantial weight from at least one head, and how many distinct top-1 targets the heads pick;
+and, as their null, the same coverage for the union of k independently trained single heads on
+the same windows, over a sweep of thresholds. The weights come from the model's own forward pass
+(capture switched on), so there is no second copy of the attention maths.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +24,7 @@ from tokenizers import Tokenizer
 
 from headstudy.analysis import figures
 from headstudy.analysis.perplexity import perplexity, stream_nll
-from headstudy.analysis.statistics import mean_ci95, nan_to_null
+from headstudy.analysis.statistics import against_null, nan_to_null, union_combinations
 from headstudy.bookkeeping import guards, jobs
 from headstudy.formats.errors import ConfigError
 from headstudy.formats.files import write_json
@@ -31,6 +35,9 @@ from headstudy.weights.model import Decoder
 
 SCORES = ("previous_token", "self", "first_position", "distance", "entropy", "uniform_entropy")
 SPOTLIGHT = ("covered_positions", "distinct_top1")
+# The spotlight verdict should not hinge on one threshold of "substantial" weight.
+THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5)
+ORDER_KEY = "distance"
 
 
 class capturing:
@@ -133,51 +140,88 @@ def mean_sd(values) -> dict:
     return {"mean": float(values.mean()), "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
 
 
+def rank_heads(head_rows: list[dict], key: str = ORDER_KEY) -> list[dict]:
+    """One model's heads with their `rank` within their layer by `key`, smallest first: the
+    label under which heads of different seeds are averaged (head 2 of one seed has nothing to do
+    with head 2 of another)."""
+    ranked = []
+    for layer in sorted({row["layer"] for row in head_rows}):
+        in_layer = sorted((row for row in head_rows if row["layer"] == layer), key=lambda row: (row[key], row["head"]))
+        ranked += [{**row, "rank": rank} for rank, row in enumerate(in_layer)]
+    return ranked
+
+
 def summarise(per_model: list[dict], key: str, group_by: tuple[str, ...], measures: tuple[str, ...]) -> list[dict]:
-    """Mean and sd over the study's seeds, per group (e.g. variant, layer, head)."""
+    """Mean and sd over the study's seeds, per group (e.g. variant, layer, rank); for head rows,
+    which head of each seed's model is in the group."""
     groups: dict[tuple, list[dict]] = {}
     for model in per_model:
         for row in model[key]:
             row = {**row, "variant": model["variant"], "heads": model["heads"], "seed": model["seed"]}
             groups.setdefault(tuple(row[g] for g in group_by), []).append(row)
     return [{**dict(zip(group_by, group)), "heads": rows[0]["heads"], "seeds": [r["seed"] for r in rows],
+             **({"head_by_seed": [r["head"] for r in rows]} if "head" in rows[0] else {}),
              **{m: mean_sd([r[m] for r in rows]) for m in measures}}
             for group, rows in groups.items()]
 
 
-def spotlight_claim(per_model: list[dict], single: str, multi: str, substantial: float) -> list[dict]:
-    """Per layer: do the multi-head model's heads together give substantial weight to more
-    distinct positions than the single head does? Paired over seeds, 95% CI."""
-    by_key = {(m["variant"], m["seed"], row["layer"]): row for m in per_model for row in m["layers"]}
-    claims = []
-    for layer in sorted({layer for _, _, layer in by_key}):
-        seeds = sorted(s for v, s, l in by_key if v == single and l == layer and (multi, s, l) in by_key)
-        if not seeds:
-            continue
-        one = [by_key[(single, s, layer)]["covered_positions"] for s in seeds]
-        many = [by_key[(multi, s, layer)]["covered_positions"] for s in seeds]
-        top1 = mean_sd([by_key[(multi, s, layer)]["distinct_top1"] for s in seeds])
-        diff, low, high = mean_ci95(np.array(many) - np.array(one))
-        holds = bool(low > 0)
-        unclear = not (low > 0 or high < 0)
-        spread = mean_sd(one), mean_sd(many)
-        sentence = (
-            f"Layer {layer}: per query position, the {multi} heads together give more than {substantial:g} of their "
-            f"weight to {spread[1]['mean']:.2f} ± {spread[1]['sd']:.2f} distinct positions, the single head to "
-            f"{spread[0]['mean']:.2f} ± {spread[0]['sd']:.2f} (mean ± sd over seeds {', '.join(map(str, seeds))}; "
-            f"paired difference {diff:+.2f}" + ("" if len(seeds) < 2 else f", 95% CI [{low:+.2f}, {high:+.2f}]")
-            + f"); the {multi} heads put their largest "
-            f"weight on {top1['mean']:.2f} ± {top1['sd']:.2f} distinct positions. "
-            + ("With one seed there is no interval, so no conclusion is drawn." if len(seeds) < 2 else
-               "So several heads do look at more places at once than one head: the spotlight picture holds here."
-               if holds else "So the heads together do not clearly look at more places than one head: the spotlight "
-               "picture is not supported here." if unclear else
-               "So the heads together look at fewer places than one head: the spotlight picture does not hold here.")
-        )
-        claims.append({"layer": layer, "single": single, "multi": multi, "seeds": seeds,
-                       "covered_single": spread[0], "covered_multi": spread[1], "distinct_top1_multi": top1,
-                       "diff": diff, "diff_ci95": [low, high], "holds": holds, "sentence": sentence})
-    return claims
+@torch.no_grad()
+def union_coverage(models: list[Decoder], groups: list[tuple[int, ...]], tokens: np.ndarray, batch_size: int,
+                   thresholds: tuple[float, ...]) -> np.ndarray:
+    """(groups, layers, thresholds): per query position t >= 1, the mean number of positions that
+    get more than the threshold from at least one head of at least one model of the group, every
+    model reading the same windows."""
+    context, layers = models[0].config.context, models[0].config.n_layers
+    if any((m.config.context, m.config.n_layers) != (context, layers) for m in models):
+        raise ValueError("union_coverage: every model must have the same context and number of layers")
+    totals = np.zeros((len(groups), layers, len(thresholds)))
+    queries = 0
+    with ExitStack() as stack:
+        captured = [stack.enter_context(capturing(model.eval())) for model in models]
+        for inputs, _ in stream_batches(tokens, context, batch_size):
+            if inputs.shape[1] < 2:
+                continue
+            for model in models:
+                model(inputs)
+            queries += inputs.shape[0] * (inputs.shape[1] - 1)
+            for layer in range(layers):
+                rows = [attention[layer].captured_weights[:, :, 1:, :] for attention in captured]  # (B, H, T-1, T)
+                for column, threshold in enumerate(thresholds):
+                    above = [(weights > threshold).any(dim=1) for weights in rows]  # per model (B, T-1, T)
+                    for index, group in enumerate(groups):
+                        union = torch.stack([above[member] for member in group]).any(dim=0)
+                        totals[index, layer, column] += union.sum().item()
+    return totals / queries
+
+
+def spotlight_null(loaded: list[dict], multi: str, tokens: np.ndarray, batch_size: int,
+                   thresholds: tuple[float, ...]) -> dict:
+    """The coverage of each seed of the `multi` variant (k heads) against its null: the union of
+    k single heads trained independently (every model of the study with one head, taken k at a
+    time in every combination), at each threshold. With fewer than k single-head models the null
+    is the union of all of them, which lies below the k-head null."""
+    multis = [i for i, m in enumerate(loaded) if m["variant"] == multi]
+    singles = [i for i, m in enumerate(loaded) if m["heads"] == 1]
+    if not multis or not singles:
+        return {}
+    k = loaded[multis[0]]["heads"]
+    members = multis + singles  # groups below index into this list
+    unions = [tuple(len(multis) + j for j in combo) for combo in union_combinations(len(singles), k)]
+    groups = [(i,) for i in range(len(members))] + unions
+    coverage = union_coverage([loaded[i]["model"] for i in members], groups, tokens, batch_size, thresholds)
+    rows = []
+    for layer in range(coverage.shape[1]):
+        for column, threshold in enumerate(thresholds):
+            observed = coverage[: len(multis), layer, column]
+            alone = coverage[len(multis): len(multis) + len(singles), layer, column]
+            null = coverage[len(multis) + len(singles):, layer, column]
+            rows.append({"layer": layer, "threshold": threshold, "multi_covered": observed.tolist(),
+                         "single_covered": alone.tolist(), "null_covered": null.tolist(),
+                         "null_mean": float(null.mean()), "null_min": float(null.min()), "null_max": float(null.max()),
+                         "position": against_null(observed, null, complete=len(singles) >= k)})
+    return {"multi": multi, "heads": k, "multi_seeds": [loaded[i]["seed"] for i in multis],
+            "singles": [{"variant": loaded[i]["variant"], "seed": loaded[i]["seed"]} for i in singles], "null_heads": min(k, len(singles)),
+            "null_unions": len(unions), "complete": len(singles) >= k, "rows": rows}
 
 
 def sentence_ids(tokenizer: Tokenizer, sentence: str, test_tokens: np.ndarray) -> list[int]:
@@ -204,7 +248,7 @@ def inspect(config: DictConfig) -> dict:
     ids = sentence_ids(tokenizer, settings.sentence, test)
     labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
-    per_model, map_figures, drawn = [], [], set()
+    per_model, loaded, map_figures, drawn = [], [], [], set()
     for name, training in config.models.items():
         variant, seed = str(training.variant), training.seed
         # Refused unless it is the model these settings ask for, trained on this data.
@@ -213,28 +257,33 @@ def inspect(config: DictConfig) -> dict:
         heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
         for row in heads:
             row["ablation_delta_ppl"] = ablation_ppl(model, test, settings.batch_size, row["layer"], row["head"]) - intact
+        heads = rank_heads(heads)
         per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "test_ppl": intact,
                           "head_scores": heads, "layers": layers})
+        loaded.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "model": model})
         print(f"inspect: {name}: " + ", ".join(
             f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in layers))
         if variant not in drawn:  # the first seed's maps
             drawn.add(variant)
             for layer, weights in enumerate(sentence_maps(model, ids)):
+                order = sorted((r for r in heads if r["layer"] == layer), key=lambda r: r["rank"])
                 map_figures.append(str(figures.attention_maps(
-                    weights, labels, f"Attention of variant {variant} (seed {seed}), layer {layer}",
+                    weights[[r["head"] for r in order]], labels,
+                    [f"head {r['head']}: mean distance {r['distance']:.1f}" for r in order],
+                    f"Attention of variant {variant} (seed {seed}), layer {layer}, heads by mean distance",
                     figure_dir / f"attention_h{variant}_layer{layer}.png")))
-    head_rows = summarise(per_model, "head_scores", ("variant", "layer", "head"), (*SCORES, "ablation_delta_ppl"))
+    head_rows = summarise(per_model, "head_scores", ("variant", "layer", "rank"), (*SCORES, "ablation_delta_ppl"))
     for row in head_rows:
         row["role"] = role(row, settings.roles)
-    layer_rows = summarise(per_model, "layers", ("variant", "layer"), SPOTLIGHT)
     return {
         "sentence": settings.sentence,
         "substantial_weight": settings.substantial_weight,
         "roles": {name: dict(rule) for name, rule in settings.roles.items()},
+        "heads_ordered_by": ORDER_KEY,
         "rows": head_rows,
-        "layers": layer_rows,
-        "claims": spotlight_claim(per_model, str(settings.spotlight.single), str(settings.spotlight.multi),
-                                  settings.substantial_weight),
+        "layers": summarise(per_model, "layers", ("variant", "layer"), SPOTLIGHT),
+        "spotlight": spotlight_null(loaded, str(settings.spotlight.multi), test, settings.batch_size,
+                                    tuple(sorted({*THRESHOLDS, settings.substantial_weight}))),
         "models": per_model,
         "figures": {"attention_maps": map_figures},
     }
@@ -246,5 +295,7 @@ def main(config: DictConfig) -> None:
     head_scores = figures.head_scores(result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png")
     result["figures"]["head_scores"] = str(head_scores)
     write_json(Path(config.paths.reports) / "heads.json", nan_to_null(result))
-    for claim in result["claims"]:
-        print(claim["sentence"])
+    for row in result["spotlight"].get("rows", []):
+        print(f"inspect: spotlight, layer {row['layer']}, threshold {row['threshold']:g}: variant "
+              f"{result['spotlight']['multi']} covers {', '.join(f'{c:.2f}' for c in row['multi_covered'])} "
+              f"positions per query; unions of single heads {row['null_min']:.2f} to {row['null_max']:.2f}: {row['position']}")

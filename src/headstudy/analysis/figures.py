@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -14,126 +16,229 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")
 MILLIONS = FuncFormatter(lambda value, _: f"{value / 1e6:g}")
+PERCENT = FuncFormatter(lambda value, _: f"{value:+g}%" if value else "0%")
 
 
-def plain_log_y(axes) -> None:
+def plain_log_y(axes, axis: str = "y") -> None:
     """Log scale with plain tick labels (20, 30, 50), never 2x10^1."""
-    axes.set_yscale("log")
-    axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
-    axes.yaxis.set_major_formatter(PLAIN)
-    axes.yaxis.set_minor_formatter(NullFormatter())
+    getattr(axes, f"set_{axis}scale")("log")
+    scale = getattr(axes, f"{axis}axis")
+    scale.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    scale.set_major_formatter(PLAIN)
+    scale.set_minor_formatter(NullFormatter())
 
 
-def save(figure, path: Path) -> Path:
+def save(figure, path: Path, layout: bool = True) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
+    if layout:
+        figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
 
 
+def legend_below(axes, columns: int = 2) -> None:
+    """The legend under the plot, where it can hide no data."""
+    axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=columns, frameon=False)
+
+
 def validation_curves(curves: pd.DataFrame, labels: dict[str, str], path: Path) -> Path:
     """Validation perplexity against training tokens per variant: mean over seeds as a line,
     the band from the lowest to the highest seed."""
-    figure, axes = plt.subplots(figsize=(7, 4.2))
+    figure, axes = plt.subplots(figsize=(7, 5.2))
+    banded = False
     for variant, label in labels.items():
         group = curves[curves["variant"] == variant]
         by_tokens = group.groupby("tokens")["val_ppl"]
         mean = by_tokens.mean()
         seeds = group["seed"].nunique()
-        axes.plot(mean.index, mean.values, marker="o", markersize=3, label=f"{label}: mean of {seeds} seeds")
+        line, = axes.plot(mean.index, mean.values, marker="o", markersize=3,
+                          label=label + (f" (mean of {seeds} seeds)" if seeds > 1 else ""))
         if seeds > 1:
+            banded = True
             axes.fill_between(mean.index, by_tokens.min().values, by_tokens.max().values, alpha=0.2,
-                              label=f"{label}: lowest to highest seed")
+                              color=line.get_color())
+    if banded:
+        axes.fill_between([], [], [], color="gray", alpha=0.2, label="band: lowest to highest seed")
     plain_log_y(axes)
     axes.xaxis.set_major_formatter(MILLIONS)
     axes.set_xlabel("training tokens (millions)")
     axes.set_ylabel("validation perplexity per token (log scale)")
     axes.grid(True, which="major", alpha=0.3)
-    axes.legend(fontsize=8)
+    legend_below(axes)
     axes.set_title("Validation perplexity during training")
     return save(figure, path)
 
 
-def test_perplexity(rows: list[dict], bigram: float, path: Path) -> Path:
-    """Geometric-mean test perplexity per variant with its 95% CI; each seed as a dot."""
-    figure, axes = plt.subplots(figsize=(7, 4.2))
-    labels = [f"{r['label']}\n{r['params']:,} parameters" for r in rows]
+def test_perplexity(rows: list[dict], path: Path) -> Path:
+    """Geometric-mean test perplexity per variant with its 95% CI, on an axis that spans the
+    results (not from 0, where differences of a few percent vanish); each seed as a dot, and the
+    dots of one seed joined across variants, since the comparisons are paired by seed."""
+    figure, axes = plt.subplots(figsize=(max(7.0, 1.5 * len(rows)), 4.8))
+    positions = np.arange(len(rows))
     means = np.array([r["test_ppl_mean"] for r in rows])
     lows = np.array([r["test_ppl_ci95"][0] for r in rows])
     highs = np.array([r["test_ppl_ci95"][1] for r in rows])
-    axes.bar(labels, means, color="tab:blue", alpha=0.7, label="geometric mean over seeds")
-    if not np.isnan(lows).any():
-        axes.errorbar(labels, means, yerr=[means - lows, highs - means], fmt="none", ecolor="black",
-                      capsize=6, label="95% CI over seeds")
-    for row, label in zip(rows, labels):
-        axes.scatter([label] * len(row["test_ppl"]), row["test_ppl"], color="black", s=12, zorder=3)
-    axes.scatter([], [], color="black", s=12, label="one seed")
-    axes.axhline(bigram, color="tab:red", linestyle="--", label=f"bigram baseline ({bigram:.1f})")
+    seeds = sorted({s for r in rows for s in r["seeds"]})
+    for seed in seeds:
+        points = [(x, dict(zip(r["seeds"], r["test_ppl"]))[seed]) for x, r in zip(positions, rows) if seed in r["seeds"]]
+        axes.plot(*zip(*points), color="gray", linewidth=0.7, marker="o", markersize=3, alpha=0.8)
+    axes.plot([], [], color="gray", linewidth=0.7, marker="o", markersize=3, label="one seed (joined across variants)")
+    if np.isnan(lows).any():
+        axes.scatter(positions + 0.12, means, color="black", marker="D", zorder=3, label="geometric mean over seeds")
+    else:
+        axes.errorbar(positions + 0.12, means, yerr=[means - lows, highs - means], fmt="D", color="black",
+                      capsize=5, zorder=3, label="geometric mean over seeds, 95% CI")
+    axes.set_xticks(positions, [f"{textwrap.fill(r['label'], 16)}\n{r['params']:,} parameters" for r in rows], fontsize=8)
+    axes.set_xlim(-0.5, len(rows) - 0.5)
     axes.yaxis.set_major_formatter(PLAIN)
     axes.set_ylabel("test perplexity per token")
-    axes.set_title("Test perplexity")
-    axes.legend(fontsize=8, loc="lower right")
+    axes.grid(True, axis="y", alpha=0.3)
+    axes.set_title("Test perplexity (the axis spans the results, not from 0)")
+    axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     return save(figure, path)
 
 
-def budget_evidence(curves: dict[str, pd.DataFrame], gap: pd.Series, budget_tokens: int, path: Path) -> Path:
+def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> Path:
+    """One row per comparison of B against A: the relative change in perplexity with its 95%
+    CI, per token on the left and per word on the right (the same log-ratio in two units). A
+    row's `reference` (a log-ratio, e.g. the course chapter's) is drawn as an open diamond;
+    rows of kind 'exploratory' are drawn hollow. With no rows, the figure says so."""
+    if not rows:
+        figure, axes = plt.subplots(figsize=(6, 1.2))
+        axes.axis("off")
+        axes.text(0.5, 0.5, "No comparison in this study", ha="center", va="center")
+        return save(figure, path)
+    height = 1.5 + 0.5 * len(rows)
+    figure, panels = plt.subplots(1, 2, figsize=(11, height), sharey=True)
+    positions = np.arange(len(rows))[::-1]
+    for axes, suffix, unit in ((panels[0], "", "per token"), (panels[1], "_per_word", "per word")):
+        for y, row, above in zip(positions, rows, [None, *rows]):
+            if above is not None and ("kind" in row) != ("kind" in above):  # paired rows, then pooled ones
+                axes.axhline(y + 0.5, color="gray", linewidth=0.6, linestyle=":")
+            estimate = math.expm1(row[f"log_ratio{suffix}"])
+            low, high = (math.expm1(v) for v in row[f"log_ratio{suffix}_ci95"])
+            hollow = row.get("kind") == "exploratory"
+            if not math.isnan(low):
+                axes.plot([100 * low, 100 * high], [y, y], color="black", linewidth=1.5)
+            axes.plot(100 * estimate, y, "o", color="black", markerfacecolor="white" if hollow else "black")
+            if row.get("reference") is not None:
+                axes.plot(100 * math.expm1(row["reference"]), y, "D", color="tab:red", markerfacecolor="none")
+        axes.axvline(0, color="gray", linewidth=0.8)
+        axes.xaxis.set_major_formatter(PERCENT)
+        axes.set_xlabel(f"perplexity of B / perplexity of A - 1, {unit}")
+        axes.grid(True, axis="x", alpha=0.3)
+        axes.set_title(f"B against A, {unit} (negative: B is better)", fontsize=10)
+    panels[0].set_yticks(positions, [row["label"] for row in rows], fontsize=8)
+    panels[0].plot([], [], "o", color="black", label="estimate and 95% CI")
+    if any(row.get("kind") == "exploratory" for row in rows):
+        panels[0].plot([], [], "o", color="black", markerfacecolor="white", label="exploratory (not pre-stated)")
+    if reference_label and any(row.get("reference") is not None for row in rows):
+        panels[0].plot([], [], "D", color="tab:red", markerfacecolor="none", label=reference_label)
+    handles, labels = panels[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), frameon=False)
+    figure.tight_layout(rect=(0, 0.35 / height, 1, 1))
+    return save(figure, path, layout=False)
+
+
+def budget_evidence(curves: dict[str, pd.DataFrame], gap: pd.Series, budget_tokens: int | None, path: Path) -> Path:
     """The long runs: validation perplexity against tokens, and the relative gap between them,
-    with the default study's budget marked."""
-    figure, (ppl, relative) = plt.subplots(1, 2, figsize=(11, 4.2))
+    with this study's budget marked (when given)."""
+    figure, (ppl, relative) = plt.subplots(1, 2, figsize=(11, 4.6))
     for label, curve in curves.items():
         ppl.plot(curve["tokens"], curve["val_ppl"], marker="o", markersize=2, label=label)
     plain_log_y(ppl)
     ppl.set_ylabel("validation perplexity per token (log scale)")
     ppl.set_title("One long run per head count")
-    relative.plot(gap.index, 100 * gap.values, marker="o", markersize=2, color="tab:purple")
+    relative.plot(gap.index, 100 * gap.values, marker="o", markersize=2, color="tab:purple", label=gap.name)
     relative.axhline(0, color="gray", linewidth=0.8)
-    relative.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:+g}%"))
-    relative.set_ylabel(f"{gap.name}, relative")
+    relative.yaxis.set_major_formatter(PERCENT)
+    relative.set_ylabel("relative gap in validation perplexity")
     relative.set_title("Relative gap in validation perplexity")
     for axes in (ppl, relative):
-        axes.axvline(budget_tokens, color="tab:red", linestyle="--", label="default study's budget")
+        if budget_tokens is not None:
+            axes.axvline(budget_tokens, color="tab:red", linestyle="--", label="this study's budget")
         axes.xaxis.set_major_formatter(MILLIONS)
         axes.set_xlabel("training tokens (millions)")
         axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=8)
+        legend_below(axes, columns=1)
     return save(figure, path)
 
 
-def sweep(rows: list[dict], bigram: float, path: Path) -> Path:
-    """Test perplexity against head count at fixed width, with 95% CIs over seeds."""
-    figure, axes = plt.subplots(figsize=(7, 4.2))
+def sweep(rows: list[dict], against_one: dict[int, tuple[float, float, float]], reference: dict[int, float],
+          reference_label: str, path: Path) -> Path:
+    """Left: test perplexity against head count at fixed width, with 95% CIs over seeds. Right:
+    each head count against one head as a relative change, with the pooled 95% CI, beside a
+    published row (`reference`: log-ratios against one head, in its own unit)."""
+    figure, (level, relative) = plt.subplots(1, 2, figsize=(11, 4.6))
     heads = np.array([r["heads"] for r in rows])
     means = np.array([r["test_ppl_mean"] for r in rows])
     lows = np.array([r["test_ppl_ci95"][0] for r in rows])
     highs = np.array([r["test_ppl_ci95"][1] for r in rows])
-    axes.errorbar(heads, means, yerr=[means - lows, highs - means], marker="o", capsize=5,
-                  label="geometric mean over seeds, 95% CI")
+    level.errorbar(heads, means, yerr=[means - lows, highs - means], marker="o", capsize=5,
+                   label="geometric mean over seeds, 95% CI")
     for row in rows:
-        axes.scatter([row["heads"]] * len(row["test_ppl"]), row["test_ppl"], color="black", s=10, zorder=3)
-    axes.scatter([], [], color="black", s=10, label="one seed")
-    axes.axhline(bigram, color="tab:red", linestyle="--", label=f"bigram baseline ({bigram:.1f})")
-    axes.set_xscale("log", base=2)
-    axes.set_xticks(heads, [str(h) for h in heads])
-    axes.xaxis.set_minor_formatter(NullFormatter())
-    axes.set_xlabel("attention heads (they split the same width)")
-    axes.yaxis.set_major_formatter(PLAIN)
-    axes.set_ylabel("test perplexity per token")
-    axes.set_title("Head-count sweep at fixed width")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=8)
+        level.scatter([row["heads"]] * len(row["test_ppl"]), row["test_ppl"], color="black", s=10, zorder=3)
+    level.scatter([], [], color="black", s=10, label="one seed")
+    level.yaxis.set_major_formatter(PLAIN)
+    level.set_ylabel("test perplexity per token")
+    level.set_title("Head-count sweep at fixed width")
+    counts = sorted(against_one)
+    values = np.array([[100 * math.expm1(v) for v in against_one[h]] for h in counts])
+    relative.errorbar(counts, values[:, 0], yerr=[values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]],
+                      marker="o", capsize=5, label="this sweep, per token: pooled 95% CI")
+    shared = sorted(reference)
+    relative.plot(shared, [100 * math.expm1(reference[h]) for h in shared], "D--", color="tab:red",
+                  markerfacecolor="none", label=reference_label)
+    relative.axhline(0, color="gray", linewidth=0.8)
+    relative.yaxis.set_major_formatter(PERCENT)
+    relative.set_ylabel("perplexity against 1 head, relative")
+    relative.set_title("Against one head")
+    for axes in (level, relative):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(sorted({*heads, *shared}), [str(h) for h in sorted({*heads, *shared})])
+        axes.xaxis.set_minor_formatter(NullFormatter())
+        axes.set_xlabel("attention heads (they split the same width)")
+        axes.grid(True, alpha=0.3)
+        legend_below(axes, columns=1)
     return save(figure, path)
 
 
-def attention_maps(weights: np.ndarray, labels: list[str], title: str, path: Path) -> Path:
+def learning_rates(final: dict[str, dict[float, float]], selected: dict[str, float], path: Path) -> Path:
+    """Final validation perplexity against learning rate on a log axis, one line per variant
+    (`final`: label -> lr -> perplexity), each variant's selected learning rate circled."""
+    figure, axes = plt.subplots(figsize=(7, 5))
+    grid = sorted({lr for by_lr in final.values() for lr in by_lr})
+    for label, by_lr in final.items():
+        lrs = sorted(by_lr)
+        line, = axes.plot(lrs, [by_lr[lr] for lr in lrs], marker="o", markersize=4, label=label)
+        axes.plot(selected[label], by_lr[selected[label]], "o", markersize=11, markerfacecolor="none",
+                  color=line.get_color())
+    axes.plot([], [], "o", markersize=11, markerfacecolor="none", color="gray", label="selected (lowest)")
+    axes.set_xscale("log")
+    axes.set_xticks(grid, [f"{lr:g}" for lr in grid])
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    plain_log_y(axes)
+    axes.set_xlabel("peak learning rate (log scale)")
+    axes.set_ylabel("final validation perplexity per token (log scale)")
+    axes.set_title("Learning rate per variant")
+    axes.grid(True, which="major", alpha=0.3)
+    legend_below(axes)
+    return save(figure, path)
+
+
+def attention_maps(weights: np.ndarray, labels: list[str], titles: list[str], title: str, path: Path) -> Path:
     """One panel per head, two to a row so that they stay legible on a page: row = the token
-    attending, column = the token attended to, colour = attention weight."""
+    attending, column = the token attended to, colour = attention weight. Token labels on the
+    outer edges only, so that no label runs into the next panel."""
     heads, length = weights.shape[0], weights.shape[-1]
     columns = min(heads, 2)
     rows = -(-heads // columns)
     side = max(3.2, 0.28 * length + 1.2)
-    figure, axes = plt.subplots(rows, columns, figsize=(side * columns + 1.2, side * rows + 0.6), squeeze=False)
+    # Fixed gaps rather than tight_layout, which packs the panels until their tick labels touch.
+    figure, axes = plt.subplots(rows, columns, figsize=(side * columns + 2.2, side * rows + 0.4), squeeze=False,
+                                gridspec_kw={"wspace": 0.12, "hspace": 0.15})
     ticks = range(length)
     image = None
     for head, ax in enumerate(axes.flat):
@@ -141,14 +246,14 @@ def attention_maps(weights: np.ndarray, labels: list[str], title: str, path: Pat
             ax.axis("off")
             continue
         image = ax.imshow(weights[head], cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(f"head {head}")
-        ax.set_xticks(ticks, labels, rotation=90, fontsize=8)
-        ax.set_yticks(ticks, labels, fontsize=8)
-        ax.set_xlabel("attended to")
+        ax.set_title(titles[head], fontsize=10)
+        ax.set_xticks(ticks, labels if head + columns >= heads else [], rotation=90, fontsize=8)
+        ax.set_yticks(ticks, labels if head % columns == 0 else [], fontsize=8)
+        if head + columns >= heads:
+            ax.set_xlabel("attended to")
         if head % columns == 0:
             ax.set_ylabel("attending")
     figure.suptitle(title)
-    figure.tight_layout()
     figure.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,28 +263,31 @@ def attention_maps(weights: np.ndarray, labels: list[str], title: str, path: Pat
 
 
 def head_scores(rows: list[dict], path: Path) -> Path:
-    """Per-head scores grouped by model: mean over seeds, error bar = sd over seeds."""
+    """Per-head scores, one horizontal row per head (heads ordered within each model by mean
+    attention distance, then averaged over seeds): mean over seeds, error bar = sd over seeds."""
     scores = {"previous_token": "previous token", "self": "self", "first_position": "first position"}
-    figure, (shares, ablation) = plt.subplots(2, 1, figsize=(max(7, 0.7 * len(rows) + 3), 8))
-    labels = [f"variant {r['variant']}\nL{r['layer']} H{r['head']}" for r in rows]
-    width = 0.8 / len(scores)
+    labels = [f"variant {r['variant']}, layer {r['layer']}, " + (f"rank {r['rank']}" if r["heads"] > 1 else "only head")
+              for r in rows]
+    positions = np.arange(len(rows))[::-1]
+    height = 2.0 + 0.45 * len(rows)
+    figure, (shares, ablation) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
+    bar = 0.8 / len(scores)
     for index, (key, name) in enumerate(scores.items()):
-        positions = [i + (index - 1) * width for i in range(len(rows))]
-        shares.bar(positions, [r[key]["mean"] for r in rows], width, yerr=[r[key]["sd"] for r in rows],
-                   capsize=2, label=f"{name} (error bar: sd over seeds)")
-    shares.set_xticks(range(len(rows)), labels, fontsize=8)
-    shares.set_ylabel("mean attention weight")
-    shares.set_title("Where each head's attention goes")
-    shares.legend(fontsize=8)
-    ablation.bar(range(len(rows)), [r["ablation_delta_ppl"]["mean"] for r in rows],
-                 yerr=[r["ablation_delta_ppl"]["sd"] for r in rows], capsize=3, color="tab:gray",
-                 label="mean over seeds; error bar: sd over seeds")
-    ablation.set_xticks(range(len(rows)), labels, fontsize=8)
+        shares.barh(positions + (1 - index) * bar, [r[key]["mean"] for r in rows], bar,
+                    xerr=[r[key]["sd"] for r in rows], capsize=2, label=name)
+    shares.set_yticks(positions, labels, fontsize=8)
+    shares.set_xlabel("mean attention weight\n(error bar: sd over seeds)")
+    shares.set_title("Where each head's attention goes", fontsize=10)
+    figure.legend(*shares.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3, frameon=False)
+    ablation.barh(positions, [r["ablation_delta_ppl"]["mean"] for r in rows],
+                  xerr=[r["ablation_delta_ppl"]["sd"] for r in rows], capsize=3, color="tab:gray")
     if all(r["ablation_delta_ppl"]["mean"] > 0 for r in rows):
-        plain_log_y(ablation)
-        ablation.set_ylabel("test perplexity rise when zeroed (log scale)")
+        plain_log_y(ablation, "x")
+        ablation.set_xlabel("test perplexity rise when zeroed\n(log scale; error bar: sd over seeds)")
     else:
-        ablation.set_ylabel("test perplexity rise when zeroed")
-    ablation.set_title("What each head is worth\n(zeroing the only head of a model removes attention altogether)")
-    ablation.legend(fontsize=8)
-    return save(figure, path)
+        ablation.set_xlabel("test perplexity rise when zeroed\n(error bar: sd over seeds)")
+    ablation.set_title("What each head is worth\n(zeroing a model's only head removes attention)", fontsize=10)
+    for axes in (shares, ablation):
+        axes.grid(True, axis="x", alpha=0.3)
+    figure.tight_layout(rect=(0, 0.35 / height, 1, 1))
+    return save(figure, path, layout=False)

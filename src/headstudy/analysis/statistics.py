@@ -1,13 +1,17 @@
-"""Confidence intervals over seeds, the paired comparison of two model variants, and the
-sentences that state their results. Student t from scipy; nothing here is specific to attention.
+"""Confidence intervals over seeds, paired and pooled comparisons of model variants, trends over
+a head-count sweep, and a null for the spotlight measure. Student t and F from scipy; nothing here
+is specific to attention.
 
-Perplexity is exp(mean NLL per token), so intervals are computed on log-perplexity (the NLL,
+Perplexity is exp(mean NLL per token), so everything is computed on log-perplexity (the NLL,
 where seed-to-seed noise is roughly symmetric) and exponentiated: a perplexity interval is then
-always positive, and a comparison is a ratio of perplexities.
+always positive, and a comparison is a ratio of perplexities, a log-ratio on this scale. A
+log-ratio per token times tokens/words is the log-ratio per word, so both units come from one
+estimate; a relative change (ratio - 1) is not unit-free, only the sign of a log-ratio is.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -31,26 +35,41 @@ def perplexity_ci95(perplexities) -> tuple[float, float, float]:
     return math.exp(mean), math.exp(low), math.exp(high)
 
 
-def paired_difference(ppl_a: dict[int, float], ppl_b: dict[int, float], name_a: str, name_b: str) -> dict:
+def log_ratio_units(log_ratio: float, low: float, high: float, tokens_per_word: float | None) -> dict:
+    """A log-ratio of perplexities per token and its interval, with the same per word (times
+    tokens/words) and both as relative changes (ratio - 1)."""
+    result = {"log_ratio": log_ratio, "log_ratio_ci95": [low, high],
+              "relative": math.expm1(log_ratio), "relative_ci95": [math.expm1(low), math.expm1(high)]}
+    if tokens_per_word is not None:
+        per_word = [value * tokens_per_word for value in (log_ratio, low, high)]
+        result |= {"log_ratio_per_word": per_word[0], "log_ratio_per_word_ci95": per_word[1:],
+                   "relative_per_word": math.expm1(per_word[0]),
+                   "relative_per_word_ci95": [math.expm1(per_word[1]), math.expm1(per_word[2])]}
+    return result
+
+
+def paired_difference(ppl_a: dict[int, float], ppl_b: dict[int, float], name_a: str, name_b: str,
+                      tokens_per_word: float | None = None) -> dict:
     """B against A over the seeds both have: same seed, same data order, so seed-to-seed
-    variation cancels. `relative` is B's perplexity / A's − 1, from the mean paired difference
-    of log-perplexity; negative means B is better. `diff_mean` is the mean paired difference in
-    perplexity itself, for reading."""
+    variation cancels. `log_ratio` is the mean over seeds of log ppl_B - log ppl_A, with a 95%
+    Student-t interval on S - 1 degrees of freedom (negative means B is better); `b_better_in` of
+    the `seeds` are the seeds where B's perplexity is lower. `diff_mean` is the mean paired
+    difference in perplexity itself, for reading."""
     seeds = sorted(set(ppl_a) & set(ppl_b))
     if not seeds:
         raise ValueError(f"no seed has both {name_a} and {name_b}")
-    log_ratio, low, high = mean_ci95([math.log(ppl_b[s] / ppl_a[s]) for s in seeds])
+    per_seed = [math.log(ppl_b[s] / ppl_a[s]) for s in seeds]
+    log_ratio, low, high = mean_ci95(per_seed)
     diff_mean, diff_low, diff_high = mean_ci95([ppl_b[s] - ppl_a[s] for s in seeds])
     return {
         "a": name_a,
         "b": name_b,
         "seeds": seeds,
+        "per_seed_log_ratio": per_seed,
+        "b_better_in": sum(value < 0 for value in per_seed),
         "diff_mean": diff_mean,
         "diff_ci95": [diff_low, diff_high],
-        "log_ratio": log_ratio,
-        "log_ratio_ci95": [low, high],
-        "relative": math.expm1(log_ratio),
-        "relative_ci95": [math.expm1(low), math.expm1(high)],
+        **log_ratio_units(log_ratio, low, high, tokens_per_word),
         "significant": bool(low > 0 or high < 0),  # nan compares False: one seed claims nothing
     }
 
@@ -60,21 +79,114 @@ def verdict(comparison: dict) -> str:
     a, b = comparison["a"], comparison["b"]
     low, high = comparison["relative_ci95"]
     n = len(comparison["seeds"])
-    numbers = (f"perplexity {comparison['relative']:+.1%} (mean paired difference "
+    numbers = (f"perplexity {comparison['relative']:+.1%} per token (mean paired difference "
                f"{comparison['diff_mean']:+.2f})")
     if n < 2:
         return f"With one seed there is no confidence interval, so no claim is made: {b} against {a}, {numbers}."
     interval = f"95% CI [{low:+.1%}, {high:+.1%}] over {n} seeds"
+    seeds = f"lower perplexity for {b} in {comparison['b_better_in']} of {n} seeds"
     if not comparison["significant"]:
-        return f"No clear difference between {a} and {b}: {numbers}, and the {interval} includes 0."
+        return f"No clear difference between {a} and {b}: {numbers}, and the {interval} includes 0; {seeds}."
     better, worse = (b, a) if comparison["relative"] < 0 else (a, b)
-    return f"{better} better than {worse}: {b} against {a}, {numbers}, {interval}, which excludes 0."
+    return f"{better} better than {worse}: {b} against {a}, {numbers}, {interval}, which excludes 0; {seeds}."
 
 
-def share_explained(total: dict, by_parameters: dict) -> float:
-    """The share of the log-perplexity gain `total` (e.g. 4 heads against 1 head) that
-    `by_parameters` (the matched control against the same baseline) reproduces."""
-    return by_parameters["log_ratio"] / total["log_ratio"]
+def additive_fit(log_ppl: np.ndarray) -> dict:
+    """The additive two-way model of a complete variants x seeds design, seed as a block:
+    log ppl[v, s] = mean + variant effect[v] + seed effect[s] + error. The residual variance is
+    pooled over every variant on (V-1)(S-1) degrees of freedom; `f` and `p` test whether the
+    variants differ at all (F on V-1 and (V-1)(S-1) degrees of freedom). With one seed there is
+    no residual, and variance, F and p are nan."""
+    y = np.asarray(log_ppl, dtype=float)
+    variants, seeds = y.shape
+    variant_means = y.mean(axis=1)
+    residuals = y - variant_means[:, None] - y.mean(axis=0)[None, :] + y.mean()
+    df_residual = (variants - 1) * (seeds - 1)
+    variance = float((residuals ** 2).sum() / df_residual) if df_residual else math.nan
+    df_variant = variants - 1
+    between = seeds * float(((variant_means - y.mean()) ** 2).sum()) / df_variant if df_variant else math.nan
+    f = between / variance if df_residual and df_variant and variance > 0 else math.nan
+    return {"variant_means": variant_means.tolist(), "seeds": seeds, "residual_variance": variance,
+            "residual_sd": math.sqrt(variance), "df_residual": df_residual, "df_variant": df_variant,
+            "f": f, "p": float(stats.f.sf(f, df_variant, df_residual)) if not math.isnan(f) else math.nan}
+
+
+def contrast(fit: dict, weights, tokens_per_word: float | None = None) -> dict:
+    """A contrast of the variant means (weights summing to 0, in the order of the fit's
+    variants), e.g. [-1, 1] for the second against the first: its estimate as a log-ratio with a
+    95% interval from the pooled residual variance, t on the fit's residual degrees of freedom,
+    and the two-sided p."""
+    weights = np.asarray(weights, dtype=float)
+    if abs(weights.sum()) > 1e-9:
+        raise ValueError(f"contrast weights {weights.tolist()} must sum to 0")
+    estimate = float(weights @ np.asarray(fit["variant_means"]))
+    se = math.sqrt(fit["residual_variance"] * float(weights @ weights) / fit["seeds"])
+    df = fit["df_residual"]
+    half_width = stats.t.ppf(0.975, df) * se if df else math.nan
+    t = estimate / se if df and se > 0 else math.nan
+    p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else math.nan
+    return {**log_ratio_units(estimate, estimate - half_width, estimate + half_width, tokens_per_word),
+            "se": se, "df": df, "t": t, "p": p, "significant": bool(p < 0.05)}
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment: the family of p-values keeps its error rate at the nominal
+    level however many there are; each adjusted p is at least its own."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [math.nan] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def polynomial_trend(fit: dict, x) -> dict:
+    """The shape of the variant means against x (e.g. log2 of the head count), within the
+    additive model: the linear and the quadratic orthogonal-polynomial contrasts, each with t and
+    p on the pooled residual variance; the quadratic least-squares fit of the means and, when it
+    is convex, the x of its minimum; and whether the quadratic leaves a significant lack of fit
+    (F on V-3 degrees of freedom, nan when V = 3)."""
+    x = np.asarray(x, dtype=float)
+    means = np.asarray(fit["variant_means"])
+    design = np.vander(x, 3, increasing=True)  # columns 1, x, x^2
+    orthonormal, _ = np.linalg.qr(design)  # column k: the degree-k trend, orthogonal to lower ones
+    trends = {}
+    for degree, name in ((1, "linear"), (2, "quadratic")):
+        # Signed so that a positive linear trend rises with x and a positive quadratic one is U-shaped.
+        weights = orthonormal[:, degree] * np.sign(orthonormal[:, degree] @ x ** degree)
+        result = contrast(fit, weights)
+        trends[name] = {"estimate": result["log_ratio"], **{key: result[key] for key in ("se", "df", "t", "p", "significant")}}
+    coefficients, *_ = np.linalg.lstsq(design, means, rcond=None)
+    curvature = float(coefficients[2])
+    if abs(curvature) < 1e-12 * np.abs(coefficients).max():  # exactly linear means leave round-off here
+        curvature = 0.0
+    lack = float(((means - design @ coefficients) ** 2).sum()) * fit["seeds"]
+    df_lack = len(x) - 3
+    f_lack = lack / df_lack / fit["residual_variance"] if df_lack and fit["df_residual"] else math.nan
+    return {**trends, "coefficients": coefficients.tolist(),
+            "minimum_at": -float(coefficients[1]) / (2 * curvature) if curvature > 0 else None,
+            "lack_of_fit_f": f_lack, "lack_of_fit_df": df_lack,
+            "lack_of_fit_p": float(stats.f.sf(f_lack, df_lack, fit["df_residual"])) if not math.isnan(f_lack) else math.nan}
+
+
+def union_combinations(members: int, k: int) -> list[tuple[int, ...]]:
+    """Every choice of k of the members (all of them when there are fewer than k)."""
+    return list(itertools.combinations(range(members), min(k, members)))
+
+
+def against_null(observed, null, complete: bool = True) -> str:
+    """Where observed values (e.g. a 4-head model's coverage, one value per seed) stand against
+    a null distribution (the unions of 4 single heads): 'above' when the lowest observed value
+    exceeds the highest null value, 'below' when the highest is under the lowest, otherwise
+    'within'. An incomplete null (unions of fewer single heads than asked, because there were
+    not enough) lies below the complete one: 'below' it stays 'below', 'within' it becomes 'not
+    above', and 'above' it only means 'undetermined'."""
+    observed, null = np.asarray(observed, dtype=float), np.asarray(null, dtype=float)
+    if observed.min() > null.max():
+        return "above" if complete else "undetermined"
+    if observed.max() < null.min():
+        return "below"
+    return "within" if complete else "not above"
 
 
 def nan_to_null(value):

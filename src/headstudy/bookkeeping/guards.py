@@ -16,7 +16,8 @@ from headstudy.formats.errors import ConfigError
 from headstudy.settings.compose import project_root
 
 # The folders dvc.yaml writes, under the project root and under every studies/NAME folder.
-PIPELINE_OUTPUTS = {"prepared": "data/prepared", "models": "models", "metrics": "metrics", "reports": "reports"}
+PIPELINE_OUTPUTS = {"prepared": "data/prepared", "models": "models", "metrics": "metrics", "baselines": "metrics",
+                    "reports": "reports"}
 
 
 def refuse_pipeline_outputs(config: DictConfig, *keys: str) -> None:
@@ -43,11 +44,12 @@ def refuse_pipeline_outputs(config: DictConfig, *keys: str) -> None:
 
 
 def check_writable(*folders: Path) -> None:
-    """Each folder exists or can be made, and takes a file."""
+    """Each folder, or the nearest one above it that exists, takes a file. Nothing is left behind:
+    a command refused later for another reason has made no folder."""
     for folder in map(Path, folders):
+        existing = next(path for path in (folder.absolute(), *folder.absolute().parents) if path.exists())
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".headstudy-write-check-"):
+            with tempfile.NamedTemporaryFile(dir=existing, prefix=".headstudy-write-check-"):
                 pass
         except OSError as error:
             raise ConfigError(f"{folder} cannot be written ({error.strerror or error}): free it or point "
@@ -68,4 +70,5 @@ def only_training_of(resume_folder: Path) -> Iterator[None]:
         try:
             yield
         finally:
+            lock.unlink(missing_ok=True)  # no waiter can hold it: a second training is refused, not queued
             fcntl.flock(handle, fcntl.LOCK_UN)

@@ -512,15 +512,29 @@ def numeric_leaves(tree: dict) -> dict[str, float]:
     return found
 
 
+def percent_changes(result: dict) -> dict:
+    """A comparison's relative changes as percentages: `per_token`, `per_word` and their CIs."""
+    found = {}
+    for unit, key in (("per_token", "relative"), ("per_word", "relative_per_word")):
+        if key in result:
+            found[unit] = 100 * result[key]
+            low, high = result.get(f"{key}_ci95") or (result.get(f"{key}_ci95_low"), result.get(f"{key}_ci95_high"))
+            found[f"{unit}_ci95_low"], found[f"{unit}_ci95_high"] = (
+                None if low is None else 100 * low, None if high is None else 100 * high)
+    return found
+
+
 def report_metrics(summary: dict) -> dict[str, float]:
-    """What a study run shows of the report (summary.json): each variant's mean test perplexity,
-    `test_ppl_mean/VARIANT`; each comparison of B against A, `compare/B_vs_A/...` (relative,
-    diff_mean, log_ratio, each with its `_ci95/low` and `/high`; negative means B is better);
-    and the matched control's log-ratio shares, `matched_control/...`."""
+    """What a study run shows of the report (summary.json), named to be read in the MLflow UI:
+    `test_ppl/VARIANT` (geometric mean over seeds); `change_pct/B_vs_A/per_token` (and
+    `per_word`, each with `_ci95_low` and `_ci95_high`: B against A in percent, negative means B
+    is better); the same for the 2 x 2's contrasts, `contrast_pct/NAME/...`; and a learning-rate
+    study's `selected_lr/VARIANT`."""
     tree = {
-        "test_ppl_mean": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
-        "compare": {f"{c['variant_b']}_vs_{c['variant_a']}": c for c in summary.get("comparisons", [])},
-        "matched_control": summary.get("matched_control") or {},
+        "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
+        "change_pct": {f"{c['b']}_vs_{c['a']}": percent_changes(c) for c in summary.get("comparisons", [])},
+        "contrast_pct": {name: percent_changes(c) for name, c in (summary.get("contrasts") or {}).items()},
+        "selected_lr": summary.get("selected_lr") or {},
     }
     return numeric_leaves(tree)
 
@@ -539,7 +553,7 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
             mlflow_client.log_artifact(run_id, str(path))
     mlflow_client.set_tag(run_id, STUDY_STATE, "closed")
     leave_study_run(run_id)
-    save_results_view(mlflow_client, experiment_id(), sorted(key for key in metrics if key.endswith("/relative")))
+    save_results_view(mlflow_client, experiment_id(), sorted(key for key in metrics if key.endswith("/per_token")))
     print(f"report: logged to the study's MLflow run {run_id}; `mlflow ui`, then {ui_url()}")
     return run_id
 

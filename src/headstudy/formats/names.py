@@ -1,8 +1,9 @@
 """Names of models and variants: the one place that builds or parses them.
 
 A variant is a head count, or a head count and the name of a file of further settings in
-conf/variant/ (`4`, `1-mix`, `4-nomix`). A model is a variant trained with one seed, and in a
-learning-rate study at one grid learning rate: `h4-s0`, `h1-mix-lr0.006-s2`."""
+conf/variants/ (`4`, `1-mix`, `4-nomix`). A model is a variant trained with one seed, in a
+learning-rate study at one grid learning rate, in a multi-clue task study on the task with k
+clues: `h4-s0`, `h1-mix-lr0.006-s2`, `h2-k3-s1`."""
 
 from __future__ import annotations
 
@@ -22,5 +23,11 @@ def parse_variant(variant) -> tuple[int, str | None]:
     return int(match[1]), match[2]
 
 
-def model_name(variant, seed: int, lr: float | None = None) -> str:
-    return f"h{variant}" + (f"-lr{lr:g}" if lr is not None else "") + f"-s{seed}"
+def model_name(variant, seed: int, lr: float | None = None, clues: int | None = None) -> str:
+    return (f"h{variant}" + (f"-lr{lr:g}" if lr is not None else "")
+            + (f"-k{clues}" if clues is not None else "") + f"-s{seed}")
+
+
+def task_folder(clues: int) -> str:
+    """The prepared data of the multi-clue task with `clues` clues, inside a study's folder."""
+    return f"data/k{clues}"
