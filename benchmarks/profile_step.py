@@ -21,10 +21,10 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from headstudy.core.config import compose_config, model_config
-from headstudy.core.data import load_tokens
-from headstudy.core.model import MLP, CausalSelfAttention, Decoder, next_token_loss
-from headstudy.core.training import LanguageModelModule, TrainingBatches
+from headstudy.formats.prepared import load_tokens
+from headstudy.settings.compose import compose_config, model_config
+from headstudy.weights.model import MLP, CausalSelfAttention, Decoder, next_token_loss
+from headstudy.weights.training import LanguageModelModule, TrainingBatches
 
 from throughput import plain_loop, stage_trainer, timed_run
 

@@ -34,11 +34,12 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from headstudy.core.config import compose_config, load_params, model_config
-from headstudy.core.data import load_tokens
-from headstudy.core.model import Decoder, next_token_loss
-from headstudy.core.training import (LanguageModelModule, StepProgressBar, Throughput, TokenDataModule, TrainingBatches,
-                                     build_trainer, loss_logging_interval)
+from headstudy.bookkeeping.progress import StepProgressBar, Throughput
+from headstudy.formats.prepared import load_tokens
+from headstudy.settings.compose import compose_config, model_config
+from headstudy.weights.model import Decoder, next_token_loss
+from headstudy.weights.training import (LanguageModelModule, TokenDataModule, TrainingBatches, build_trainer,
+                                        loss_logging_interval)
 
 HEAD_COUNTS = (1, 4)
 COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -134,7 +135,7 @@ class StepClock(L.Callback):
 def stage_trainer(config, steps: int, warmup: int) -> float:
     """The `train` stage's own Trainer, callbacks, logger and progress bar: tokens/s over the
     steps after `warmup`."""
-    from headstudy.core import tracking
+    from headstudy.bookkeeping import tracking
 
     torch.manual_seed(config.seed)
     module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, steps, config.trainer.compile)
@@ -151,8 +152,7 @@ def timed_run(steps: int) -> list[str]:
     """Overrides for a benchmark run of `steps` steps: one validation, at the very end, after
     the last timed step, and the loss sent to MLflow as often as in the default study's
     trainings (one write takes about 10 ms here), not 50 times in a few hundred steps."""
-    study = load_params("the benchmarks", {"trainer": ("max_steps", "val_every_steps")})["trainer"]
-    study_interval = loss_logging_interval(compose_config([f"trainer.{key}={study[key]}" for key in study]).trainer)
+    study_interval = loss_logging_interval(compose_config([]).trainer)  # conf/ with the study's params.yaml
     return [f"trainer.max_steps={steps}", f"trainer.val_every_steps={steps}",
             f"trainer.loss_points={max(1, steps // study_interval)}"]
 

@@ -137,7 +137,8 @@ def test_evaluate_writes_only_deterministic_metrics_and_logs_to_the_training_run
     assert result.returncode == 0, result.stderr
     metrics = json.loads((work / "metrics" / "h1-s0.json").read_text())
     # Numbers only, so that `dvc metrics show` tabulates them; the name and the hash are in run.json.
-    assert set(metrics) == {"heads", "seed", "params", "test_ppl", "test_nll", "test_tokens_predicted", "test_word_ppl"}
+    assert set(metrics) == {"heads", "seed", "params", "lr", "test_ppl", "test_nll", "test_tokens_predicted",
+                            "test_word_ppl"}
     record = json.loads((work / "models" / "h1-s0" / "run.json").read_text())
     [run] = [run for run in runs(work) if run.data.tags.get("weights.sha256") == record["weights_sha256"]]
     assert run.data.metrics["test/ppl"] == metrics["test_ppl"]
@@ -325,3 +326,71 @@ def test_configure_refuses_a_bad_study_in_one_line_and_writes_nothing(tmp_path, 
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert_refused(headstudy(tmp_path, "configure"), "configure", named)
     assert not (tmp_path / "configs").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_refuses_weights_changed_after_training(work, trained):
+    import torch
+
+    tampered = work / "tampered-models" / "h1-s0"
+    shutil.copytree(trained, tampered)
+    saved = torch.load(tampered / "model.pt", weights_only=True)
+    first = next(iter(saved["state_dict"]))
+    saved["state_dict"][first] = saved["state_dict"][first] * 2  # still loads, scores something else
+    torch.save(saved, tampered / "model.pt")
+    result = headstudy(work, "evaluate", *DATA, *TINY, f"paths.models={tampered.parent}", "paths.metrics=metrics-tampered")
+    assert_refused(result, "evaluate", "tampered-models/h1-s0/model.pt", "run.json records")
+    assert not (work / "metrics-tampered").exists()
+
+
+def test_prepare_refuses_a_zero_filled_file_named_txt(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    (tmp_path / "corpus" / "zeros.txt").write_bytes(b"\0" * 4096)
+    result = headstudy(tmp_path, "prepare", *DATA)
+    assert_refused(result, "prepare", "corpus/zeros.txt holds NUL bytes")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus"]
+
+
+def start_training(work: Path, seed: int) -> subprocess.Popen:
+    env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
+    env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"})
+    return subprocess.Popen(["headstudy", "train", *DATA, "model=tiny", "threads=1", f"seed={seed}",
+                             "trainer.max_steps=4000", "trainer.val_every_steps=20"],
+                            cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_checkpoint(work: Path, name: str, training: subprocess.Popen) -> None:
+    import time
+
+    deadline = time.monotonic() + 120
+    while not list((work / "checkpoints").glob(f"{name}-*/last.ckpt")):
+        assert training.poll() is None, training.stderr.read()
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_exits_non_zero_marks_the_run_killed_and_keeps_the_checkpoint(work):
+    training = start_training(work, seed=50)
+    wait_for_checkpoint(work, "h1-s50", training)
+    training.terminate()  # SIGTERM, as a batch scheduler preempts a job
+    assert training.wait(timeout=60) == 143, training.stderr.read()
+    [killed] = [run for run in runs(work) if run.info.run_name == "h1-s50"]
+    assert killed.info.status == "KILLED"
+    assert list((work / "checkpoints").glob("h1-s50-*/last.ckpt"))
+    assert not (work / "models" / "h1-s50").exists()
+
+
+@pytest.mark.slow
+def test_a_second_identical_training_is_refused_while_the_first_runs(work):
+    first = start_training(work, seed=60)
+    try:
+        wait_for_checkpoint(work, "h1-s60", first)
+        second = headstudy(work, "train", *DATA, "model=tiny", "threads=1", "seed=60",
+                           "trainer.max_steps=4000", "trainer.val_every_steps=20")
+        assert_refused(second, "train", "another process is training this model")
+        assert first.poll() is None
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+    assert_no_run_running(work)

@@ -205,3 +205,15 @@ def test_reproduce_refuses_altered_prepared_data(project):
     assert result.returncode != 0
     assert "prepared token data differs" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_quick_experiment_leaves_the_committed_results_untouched(project):
+    """The README's quick way in: `dvc exp run --temp` trains in a copy, so the workspace keeps
+    the committed study, and the experiment is listed by `dvc exp show`."""
+    run(project, "git", "add", "-A")
+    run(project, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results")
+    run(project, "dvc", "exp", "run", "--temp", "-n", "quick", "-S", "trainer.max_steps=50")
+    assert run(project, "git", "status", "--porcelain").stdout == ""
+    assert "quick" in run(project, "dvc", "exp", "list").stdout.split()
+    quick = [r for r in runs(project) if r.data.tags.get("dvc.exp_name") == "quick"]
+    assert quick and all(r.info.status == "FINISHED" for r in quick)

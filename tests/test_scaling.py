@@ -82,7 +82,7 @@ AT_THE_SIGNAL = textwrap.dedent("""
     Path("ready").touch()
     while not Path("../go").exists():
         time.sleep(0.001)
-    train(config, overrides)
+    train(config)
 """)
 
 

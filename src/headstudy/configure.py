@@ -53,6 +53,8 @@ def study_models(params: dict) -> list[dict]:
     seeds = listed(study, "seeds")
     lrs = listed(study, "lrs", required=False)
     clue_counts = listed(study, "clues", required=False)
+    # Each variant's own settings (study.variant_overrides) are added by compose_config, for a run
+    # by hand too; here only that they name variants of the study.
     per_variant = study.get("variant_overrides") or {}
     if not isinstance(per_variant, dict):
         raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} must map variants to lists of key=value")
@@ -62,13 +64,10 @@ def study_models(params: dict) -> list[dict]:
                           f"not in study.variants {variants}")
     models = []
     for variant in variants:
-        extra = per_variant.get(variant, per_variant.get(int(variant) if variant.isdigit() else variant, []))
-        if not isinstance(extra, list) or not all(isinstance(item, str) and "=" in item for item in extra):
-            raise ConfigError(f"study.variant_overrides.{variant} in {PARAMS_FILE} must be a list of key=value, got {extra!r}")
         for lr in lrs or [None]:
             for clues in clue_counts or [None]:
                 for seed in seeds:
-                    overrides = [f"variant={variant}", f"seed={seed}", *extra, *task_overrides(clues)]
+                    overrides = [f"variant={variant}", f"seed={seed}", *task_overrides(clues)]
                     if lr is not None:
                         overrides.append(f"optimizer.lr={lr}")
                     models.append({"name": model_name(variant, seed, lr, clues), "variant": variant,

@@ -19,21 +19,22 @@ from headstudy.bookkeeping import guards, jobs, tracking
 from headstudy.formats.errors import ConfigError
 from headstudy.formats.files import write_json
 from headstudy.formats.prepared import check_length, load_stats, load_tokens, tokens_path
-from headstudy.formats.trained import load_trained, model_dir
+from headstudy.formats.checked import load_checked
+from headstudy.formats.trained import model_dir
 
 
 def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     """run_id: the MLflow run to log test/ppl to; by default the run that trained these weights."""
     guards.refuse_pipeline_outputs(config, "metrics")
     torch.set_num_threads(jobs.torch_threads(config.threads))
-    model, run = load_trained(config)
+    model, run = load_checked(config)
     prepared = Path(config.paths.prepared)
     test = load_tokens(prepared, "test")
     check_length(test, 2, tokens_path(prepared, "test"), "a test perplexity")
     stats = load_stats(prepared)["splits"]
     tracking.check_store()
     # Numbers only, so that `dvc metrics show` tabulates them; names and hashes are in run.json.
-    metrics = {key: run[key] for key in ("heads", "seed", "params")}
+    metrics = {key: run[key] for key in ("heads", "seed", "params", "lr")}
     total, count = stream_nll(model, test, config.data.batch_size)
     metrics.update(test_ppl=perplexity(total, count), test_nll=total, test_tokens_predicted=count)
     if not math.isfinite(metrics["test_ppl"]):

@@ -26,10 +26,10 @@ from headstudy.analysis import figures
 from headstudy.analysis.perplexity import perplexity, stream_nll
 from headstudy.analysis.statistics import against_null, nan_to_null, union_combinations
 from headstudy.bookkeeping import guards, jobs
-from headstudy.formats.errors import ConfigError
+from headstudy.formats.errors import ConfigError, first_line
 from headstudy.formats.files import write_json
 from headstudy.formats.prepared import TOKENIZER_FILE, load_tokens
-from headstudy.formats.trained import load_trained
+from headstudy.formats.checked import load_checked
 from headstudy.weights.batches import stream_batches
 from headstudy.weights.model import Decoder
 
@@ -244,7 +244,11 @@ def inspect(config: DictConfig) -> dict:
     settings = config.inspect
     prepared = Path(config.paths.prepared)
     test = load_tokens(prepared, "test")
-    tokenizer = Tokenizer.from_file(str(prepared / TOKENIZER_FILE))
+    try:
+        tokenizer = Tokenizer.from_file(str(prepared / TOKENIZER_FILE))
+    except Exception as error:  # the tokenizers library raises its own untyped exceptions
+        raise ConfigError(f"{prepared / TOKENIZER_FILE} is not a readable tokenizer ({first_line(error)}): "
+                          "prepare the data again (dvc repro prepare)") from None
     ids = sentence_ids(tokenizer, settings.sentence, test)
     labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
@@ -252,7 +256,7 @@ def inspect(config: DictConfig) -> dict:
     for name, training in config.models.items():
         variant, seed = str(training.variant), training.seed
         # Refused unless it is the model these settings ask for, trained on this data.
-        model, _ = load_trained(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
+        model, _ = load_checked(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
         intact = perplexity(*stream_nll(model, test, settings.batch_size))
         heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
         for row in heads:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis import figures
 from headstudy.analysis.heads import heads_blocks
+from headstudy.analysis.headline import headline
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import (additive_fit, contrast, holm, nan_to_null, paired_difference,
                                            perplexity_ci95, polynomial_trend, verdict)
@@ -40,9 +41,12 @@ VASWANI_TABLE3A_PPL = {1: 5.29, 4: 5.00, 8: 4.92, 16: 4.91, 32: 5.01}
 def read_json(path: Path) -> dict:
     if not Path(path).is_file():
         raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
+    def refuse(constant: str):
+        raise ValueError(f"it holds {constant}, which is no result")
+
     try:
-        return json.loads(Path(path).read_text())
-    except ValueError as error:
+        return json.loads(Path(path).read_text(), parse_constant=refuse)
+    except (ValueError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path} is not valid JSON ({error}): run `dvc repro` to produce it again") from None
 
 
@@ -120,6 +124,8 @@ def summarise(metrics: pd.DataFrame, variants: list[str], labels: dict, bigram: 
             "label": label(variant, labels),
             "heads": int(group["heads"].iloc[0]),
             "params": int(group["params"].iloc[0]),
+            # The peak learning rate it trained at (older metrics files do not record it).
+            "lr": float(group["lr"].iloc[0]) if "lr" in group and group["lr"].notna().all() else None,
             "seeds": group["seed"].astype(int).tolist(),
             "test_ppl": group["test_ppl"].tolist(),
             "test_ppl_mean": mean,
@@ -134,6 +140,7 @@ def results_table(rows: list[dict], baselines: dict, vocab: int) -> pd.DataFrame
     table = pd.DataFrame({
         "Model": [r["label"] for r in rows],
         "Parameters": [f"{r['params']:,}" for r in rows],
+        "Learning rate": [f"{r['lr']:g}" if r.get("lr") else "" for r in rows],
         "Test perplexity": [f"{r['test_ppl_mean']:.2f}" for r in rows],
         "95% CI": [interval(*r["test_ppl_ci95"], digits=2, sign=False) for r in rows],
         "Against the bigram": [f"{-r['below_bigram']:+.1%}" for r in rows],
@@ -142,7 +149,7 @@ def results_table(rows: list[dict], baselines: dict, vocab: int) -> pd.DataFrame
     })
     for name, params in (("unigram", vocab - 1), ("bigram", vocab * (vocab - 1))):
         result = baselines[name]
-        table.loc[len(table)] = [f"{name.capitalize()} baseline (add-{result['add_k']:g})", f"{params:,}",
+        table.loc[len(table)] = [f"{name.capitalize()} baseline (add-{result['add_k']:g})", f"{params:,}", "",
                                  f"{result['test_ppl']:.2f}", "", "", f"{result['test_word_ppl']:.2f}", ""]
     return table
 
@@ -577,6 +584,7 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
     if settings.get("sweep"):
         sweep_blocks, summary["sweep"] = sweep_section(rows, tokens_per_word, figure_dir)
         blocks += sweep_blocks
+    write_curve_table(curves, Path(config.paths.reports) / "validation_curves.csv")
     blocks += [
         ("heading", "Figures"),
         ("figure", figures.validation_curves(curves, {r["variant"]: r["label"] for r in rows},
@@ -592,6 +600,14 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
     for comparison in found:
         print(verdict(comparison))
     return blocks, summary
+
+
+def write_curve_table(curves: pd.DataFrame, path: Path) -> None:
+    """Validation perplexity against training tokens, one column per variant (geometric mean over
+    seeds): the table that `dvc plots show` overlays."""
+    table = curves.assign(log_ppl=np.log(curves["val_ppl"])).pivot_table(
+        index="tokens", columns="variant", values="log_ppl", aggfunc="mean", sort=False)
+    write_atomically(path, np.exp(table).rename_axis(columns=None).to_csv(float_format="%.4f"))
 
 
 def final_validation(curves: pd.DataFrame) -> pd.DataFrame:
@@ -663,6 +679,7 @@ def report(config: DictConfig) -> dict:
     blocks, summary = build(config, study, settings, models)
     reports_dir = Path(config.paths.reports)
     write_json(reports_dir / "summary.json", nan_to_null(summary))
+    write_json(reports_dir / "metrics.json", headline(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
     return summary

@@ -90,6 +90,20 @@ def override_value(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
+def variant_settings(params: dict, overrides: list[str]) -> list[str]:
+    """The study's own settings of the variant that the overrides name (params.yaml's
+    study.variant_overrides: each variant's learning rate), so that a run by hand trains what the
+    study trains."""
+    chosen = [value for key, _, value in (o.partition("=") for o in overrides) if key == "variant"]
+    study = params.get("study") if isinstance(params.get("study"), dict) else {}
+    per_variant = {str(key): value for key, value in (study.get("variant_overrides") or {}).items()}
+    settings = per_variant.get(chosen[-1], []) if chosen else []
+    if not isinstance(settings, list) or not all(isinstance(item, str) and "=" in item for item in settings):
+        raise ConfigError(f"study.variant_overrides.{chosen[-1]} in {PARAMS_FILE} must be a list of key=value, "
+                          f"got {settings!r}")
+    return settings
+
+
 def variant_overrides(overrides: list[str]) -> list[str]:
     """`variant=4` is 4 heads; `variant=1-mix` is 1 head plus the settings in conf/variants/mix.yaml."""
     expanded = []
@@ -110,7 +124,7 @@ def compose_config(overrides: list[str], params: dict | None = None) -> DictConf
     if not (directory / "config.yaml").is_file():
         raise ConfigError(f"{directory}/config.yaml not found: run headstudy in the project root")
     params = read_params() if params is None else params
-    overrides = [*params_overrides(params), *overrides]
+    overrides = [*params_overrides(params), *variant_settings(params, overrides), *overrides]
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             config = compose("config", overrides=variant_overrides(overrides))
