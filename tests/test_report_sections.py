@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from headstudy import report
+from headstudy.analysis import budget, comparisons
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import additive_fit, paired_difference
 from headstudy.formats.names import model_name
@@ -21,17 +22,17 @@ VARIANTS = ["1", "1-mix", "4-nomix", "4"]
 
 
 def test_the_2x2_is_found_from_the_variant_names_and_only_when_complete():
-    assert report.factorial_cells(VARIANTS) == {(1, False): "1", (1, True): "1-mix", (4, False): "4-nomix", (4, True): "4"}
-    assert report.factorial_cells(["1", "1-mix", "4"]) is None
-    assert report.factorial_cells(["1", "2", "4", "8"]) is None
+    assert comparisons.factorial_cells(VARIANTS) == {(1, False): "1", (1, True): "1-mix", (4, False): "4-nomix", (4, True): "4"}
+    assert comparisons.factorial_cells(["1", "1-mix", "4"]) is None
+    assert comparisons.factorial_cells(["1", "2", "4", "8"]) is None
 
 
 def test_2x2_contrasts_estimate_the_chapter_the_main_effects_and_the_interaction():
     means = np.array([0.0, 0.01, -0.02, -0.03])  # log ppl of 1, 1-mix, 4-nomix, 4 above a common level
     noise = 0.001 * np.array([[1, -1, 0], [-1, 1, 0], [1, -1, 0], [-1, 1, 0]])  # cancels per variant and seed
     fit = additive_fit(3 + means[:, None] + np.array([0.0, 0.05, -0.02])[None, :] + noise)
-    results = {r["name"]: r for r in report.factorial_contrasts(
-        fit, VARIANTS, report.factorial_cells(VARIANTS), {"a": 1, "b": 4}, {}, tokens_per_word=2.0)}
+    results = {r["name"]: r for r in comparisons.factorial_contrasts(
+        fit, VARIANTS, comparisons.factorial_cells(VARIANTS), {"a": 1, "b": 4}, {}, tokens_per_word=2.0)}
     assert results["chapter"]["log_ratio"] == pytest.approx(-0.03)  # 4 against 1
     assert results["heads"]["log_ratio"] == pytest.approx(-0.03)  # mean of -0.02 (no projection) and -0.04 (with)
     assert results["projection"]["log_ratio"] == pytest.approx(0.0, abs=1e-12)  # +0.01 for 1 head, -0.01 for 4
@@ -48,9 +49,9 @@ def test_the_chapter_s_claim_is_compared_by_the_sign_of_its_log_ratio_only():
     claim = {"a": 1, "b": 4, "ppl_a": 46.1, "ppl_b": 43.2}
     better = {"variant_a": "1", "variant_b": "4", **paired_difference({0: 20.0}, {0: 19.0}, "1 head", "4 heads", 1.9)}
     worse = {"variant_a": "1", "variant_b": "4", **paired_difference({0: 20.0}, {0: 21.0}, "1 head", "4 heads", 1.9)}
-    assert "ours has the same direction" in report.claim_sentence([better], claim, 1.9)
-    assert "ours has the opposite direction" in report.claim_sentence([worse], claim, 1.9)
-    assert f"{math.log(43.2 / 46.1):+.3f}" in report.claim_sentence([better], claim, 1.9)
+    assert "ours has the same direction" in comparisons.claim_sentence([better], claim, 1.9)
+    assert "ours has the opposite direction" in comparisons.claim_sentence([worse], claim, 1.9)
+    assert f"{math.log(43.2 / 46.1):+.3f}" in comparisons.claim_sentence([better], claim, 1.9)
 
 
 def write_curves(folder, name: str, steps: int, final: float) -> None:
@@ -104,10 +105,10 @@ def test_budget_evidence_is_shown_only_at_a_budget_where_the_long_runs_were_vali
         evidence.mkdir(exist_ok=True)
         pd.DataFrame({"step": [150, 300, 450], "tokens": [614400, 1228800, 1843200],
                       "val_ppl": [final * 2, final * 1.2, final]}).to_csv(evidence / f"{name}.csv", index=False)
-    blocks, numbers = report.budget_evidence(evidence, 1228800, {}, tmp_path / "figures")
+    blocks, numbers = budget.budget_evidence(evidence, 1228800, {}, tmp_path / "figures")
     assert numbers["gap_at_budget"] == pytest.approx(19.6 / 20.0 - 1)
     assert blocks[-1][0] == "figure" and (tmp_path / "figures/budget_evidence.png").is_file()
-    blocks, numbers = report.budget_evidence(evidence, 409600, {}, tmp_path / "other")
+    blocks, numbers = budget.budget_evidence(evidence, 409600, {}, tmp_path / "other")
     assert numbers == {} and [kind for kind, _ in blocks] == ["text"]
     assert "has no validation point at this study's 409,600 tokens" in blocks[0][1]
 
@@ -148,7 +149,7 @@ def budget_inputs(tmp_path, gap_end: float):
 
 def test_a_budget_criterion_not_met_says_what_that_means_for_the_comparisons(tmp_path):
     rows, found, curves, stats, settings = budget_inputs(tmp_path, gap_end=-0.05)
-    blocks, result = report.budget_section(rows, found, curves, stats, settings, tmp_path / "figures")
+    blocks, result = budget.budget_section(rows, found, curves, stats, settings, tmp_path / "figures")
     text = blocks[1][1]
     assert result["criterion_met"] is False
     assert "the weakest, 4 heads, is 5.0% below, so this part is not" in text
@@ -160,9 +161,9 @@ def test_a_budget_criterion_not_met_says_what_that_means_for_the_comparisons(tmp
 def test_a_budget_criterion_that_cannot_be_checked_in_full_is_not_called_met(tmp_path):
     rows, _, curves, stats, settings = budget_inputs(tmp_path, gap_end=-0.01)
     rows[1]["below_bigram"] = 0.4
-    blocks, result = report.budget_section(rows, [], curves, stats, settings, tmp_path / "figures")
+    blocks, result = budget.budget_section(rows, [], curves, stats, settings, tmp_path / "figures")
     assert result["criterion_met"] is False
     assert blocks[1][1].endswith("so the criterion is not checked in full.")
-    blocks, result = report.budget_section(rows, [{"variant_a": "1", "variant_b": "4", "a": "1 head", "b": "4 heads"}],
+    blocks, result = budget.budget_section(rows, [{"variant_a": "1", "variant_b": "4", "a": "1 head", "b": "4 heads"}],
                                            curves, stats, settings, tmp_path / "figures")
     assert result["criterion_met"] is True and blocks[1][1].endswith("where the models have settled.")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from headstudy.report import sweep_section
+from headstudy.analysis.sweep import sweep_section
 
 HEADS = [1, 2, 4, 8, 16, 32]
 # The committed sweep's test perplexities (studies/heads-sweep, seeds 0 and 1).

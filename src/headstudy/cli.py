@@ -21,13 +21,15 @@ COMMANDS = {
     "evaluate": ("data", "model"),
     "inspect": ("data", "model", "inspect"),
     "report": (),
+    "score": ("data", "model"),
+    "spotlight": (),
     "count": ("data", "model"),
     "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
     "reproduce": (),
 }
 ARGUMENTS = {"reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]", "configure": ""}
 # Commands that run as DVC stages and so can read a file of configs/.
-STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report")
+STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "spotlight")
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""
 HELP_FLAGS = ("-h", "--help")
@@ -66,7 +68,7 @@ def command_help(command: str) -> str:
     arguments = ARGUMENTS.get(command, "[key=value ...]")
     lines = [f"usage: headstudy {command} {arguments}", "", description(command), ""]
     if command in STAGES:
-        lines += [f"Under `dvc repro` it reads `--config configs/...`, the file the configure stage wrote; "
+        lines += ["Under `dvc repro` it reads `--config configs/...`, the file the configure stage wrote; "
                   "by hand it composes the same settings from conf/, params.yaml and the overrides.", ""]
     if not COMMANDS[command]:
         lines.append("It composes no config group.")
@@ -108,10 +110,10 @@ def load_config(command: str, args: list[str]):
         return read_config(args[1])
     from headstudy.settings.compose import compose_config, read_params, stage_config
 
-    if command in ("inspect", "report"):  # the whole study's models: as configure resolves them
+    if command in ("inspect", "report", "spotlight"):  # the whole study's models: as configure resolves them
         from headstudy.configure import resolve
 
-        return resolve(read_params(required=True), args)[f"{command}.yaml"]
+        return resolve(read_params(required=True), args)[f"{'report' if command == 'spotlight' else command}.yaml"]
     return stage_config(command, compose_config(args))
 
 

@@ -1,5 +1,8 @@
 """Stage `prepare`: read the corpus, train a byte-level BPE tokenizer on its train split,
-and write the token ids of every split, the tokenizer and their stats under data/."""
+and write the token ids of every split, the tokenizer and their stats under data/.
+
+A generated task (data.corpus=multiclue) is written in the same format, with a word-level
+tokenizer of its own tokens, plus its answer key (formats/queries.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from headstudy.bookkeeping.guards import refuse_pipeline_outputs
 from headstudy.formats.errors import ConfigError
 from headstudy.formats.files import write_json
 from headstudy.formats.prepared import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
+from headstudy.formats.queries import write_queries, write_task
 
 
 def read_ptb(data: DictConfig) -> dict[str, str]:
@@ -57,10 +61,14 @@ def read_text_folder(data: DictConfig) -> dict[str, str]:
 
 def read_text_file(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
                           f"{error.start}): data.dir must hold only text files") from None
+    if "\0" in text:  # valid UTF-8, but no text: a binary or zero-filled file named .txt
+        raise ConfigError(f"{path} holds NUL bytes (first at offset {text.index(chr(0))}): "
+                          "data.dir must hold only text files")
+    return text
 
 
 READERS = {"ptb": read_ptb, "textdir": read_text_folder}
@@ -86,11 +94,63 @@ def encode(tokenizer: Tokenizer, text: str) -> np.ndarray:
     return np.asarray(ids, dtype=np.uint16 if tokenizer.get_vocab_size() <= 1 << 16 else np.uint32)
 
 
+def word_level_tokenizer(tokens: list[str]) -> Tokenizer:
+    """One id per token text, in the given order; texts are split at spaces."""
+    tokenizer = Tokenizer(models.WordLevel({token: index for index, token in enumerate(tokens)}, unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tokenizer
+
+
+def prepare_multiclue(data: DictConfig, staging: Path) -> None:
+    """The multi-clue task (tasks/multiclue.py), generated from data.seed."""
+    from headstudy.tasks.multiclue import MultiClue
+
+    task = MultiClue.from_settings(data)
+    layout = task.layout
+    word_level_tokenizer(layout.tokens()).save(str(staging / TOKENIZER_FILE))
+    stats = {"corpus": data.corpus, "vocab_size": layout.vocab_size, "splits": {}}
+    for split in SPLITS:
+        generated = task.generate(split)
+        np.save(tokens_path(staging, split),
+                generated.tokens.astype(np.uint16 if layout.vocab_size <= 1 << 16 else np.uint32))
+        # A token is a word here; a segment (body, query, answer) is a line.
+        stats["splits"][split] = {"tokens": len(generated.tokens), "words": len(generated.tokens), "lines": 0,
+                                  "queries": len(generated.queries)}
+        print(f"prepare: {split}: {stats['splits'][split]}")
+        if split == "test":
+            write_queries(staging, generated.queries, generated.answers, generated.clue_positions,
+                          layout.token_types())
+    write_json(staging / STATS_FILE, stats)
+    write_task(staging, {
+        "corpus": data.corpus, "clues": task.clues, "clue_types": layout.clue_types, "values": layout.values,
+        "noise_tokens": layout.noise, "segment_min": task.segment_min, "segment_mean": task.segment_mean,
+        "segment_max": task.segment_max, "clue_rate": task.clue_rate, "seed": task.seed,
+        "first_answer": layout.first_answer(task.clues), "answer_tokens": layout.values**task.clues,
+        "chance": task.chance, "one_clue_best": task.one_clue_best,
+    })
+
+
+GENERATORS = {"multiclue": prepare_multiclue}
+
+
 def prepare(config: DictConfig) -> Path:
     refuse_pipeline_outputs(config, "prepared")
     data = config.data
+    if data.corpus in GENERATORS:
+        destination = Path(config.paths.prepared)
+        staging = destination.with_name(destination.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            GENERATORS[data.corpus](data, staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        shutil.rmtree(destination, ignore_errors=True)
+        staging.rename(destination)
+        return destination
     if data.corpus not in READERS:
-        raise ConfigError(f"data.corpus={data.corpus!r}: expected one of {sorted(READERS)}")
+        raise ConfigError(f"data.corpus={data.corpus!r}: expected one of {sorted([*READERS, *GENERATORS])}")
     texts = READERS[data.corpus](data)
     print(f"prepare: training a {data.vocab_size}-token byte-level BPE on the train split")
     tokenizer = train_tokenizer(texts["train"], data.vocab_size)

@@ -1,0 +1,239 @@
+"""The study's comparisons: each pair of report.compare as a paired log-ratio per token and per
+word, the variants analysed together with seed as a block, and the 2 x 2 of heads and output
+projection with its contrasts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from headstudy.analysis import figures
+from headstudy.analysis.statistics import additive_fit, contrast, holm, paired_difference, verdict
+from headstudy.analysis.wording import interval, label, p_is, p_value, signed
+from headstudy.formats.names import parse_variant
+
+
+def comparisons(rows: list[dict], pairs: list[list], tokens_per_word: float) -> list[dict]:
+    """The paired comparisons asked for in report.compare that the study has both sides of."""
+    by_variant = {r["variant"]: r for r in rows}
+    found = []
+    for a, b in ((str(a), str(b)) for a, b in pairs):
+        if a in by_variant and b in by_variant:
+            ra, rb = by_variant[a], by_variant[b]
+            found.append({"variant_a": a, "variant_b": b, **paired_difference(
+                dict(zip(ra["seeds"], ra["test_ppl"])), dict(zip(rb["seeds"], rb["test_ppl"])), ra["label"], rb["label"],
+                tokens_per_word)})
+    return found
+
+
+def log_ratio_columns(results: list[dict]) -> dict:
+    """The columns every comparison table shares: one log-ratio in both units, with its CI."""
+    return {
+        "Log-ratio per token": [signed(r["log_ratio"]) for r in results],
+        "95% CI per token": [interval(*r["log_ratio_ci95"]) for r in results],
+        "Change per token": [f"{r['relative']:+.1%}" for r in results],
+        "Log-ratio per word": [signed(r["log_ratio_per_word"]) for r in results],
+        "95% CI per word": [interval(*r["log_ratio_per_word_ci95"]) for r in results],
+        "Change per word": [f"{r['relative_per_word']:+.1%}" for r in results],
+    }
+
+
+def comparison_table(found: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame({
+        "B against A": [f"{c['b']} against {c['a']}" for c in found],
+        "Seeds where B is better": [f"{c['b_better_in']}/{len(c['seeds'])}" for c in found],
+        **log_ratio_columns(found),
+    })
+
+
+def claim_sentence(found: list[dict], claim: dict, tokens_per_word: float) -> str | None:
+    """The course chapter's comparison beside ours: its corpus and unit are unknown, so only the
+    sign of its log-ratio carries over."""
+    ours = next((c for c in found if (c["variant_a"], c["variant_b"]) == (str(claim["a"]), str(claim["b"]))), None)
+    if ours is None:
+        return None
+    theirs = math.log(claim["ppl_b"] / claim["ppl_a"])
+    same = "the same direction" if (theirs < 0) == (ours["log_ratio"] < 0) else "the opposite direction"
+    return (f"The course chapter reports {claim['ppl_a']:g} for {ours['a'].lower()} and {claim['ppl_b']:g} for "
+            f"{ours['b'].lower()}: a log-ratio of {theirs:+.3f} ({math.expm1(theirs):+.1%}) in a unit it does not "
+            f"state, on a corpus it does not name. Ours is {ours['log_ratio']:+.3f} per token and "
+            f"{ours['log_ratio_per_word']:+.3f} per word ({tokens_per_word:.3f} tokens per word), so the size of a "
+            f"change depends on the unit; only its sign carries over, and ours has {same}.")
+
+
+def factorial_cells(variants: list[str]) -> dict[tuple[int, bool], str] | None:
+    """The 2 x 2 of head count x output projection, {(heads, projection): variant}, when the
+    study has all four cells for two head counts (the smallest and the largest that do)."""
+    cells = {}
+    for variant in variants:
+        heads, extra = parse_variant(variant)
+        if extra in (None, "mix", "nomix"):  # a variant's own file of settings decides the projection
+            cells[(heads, extra == "mix" or (extra is None and heads > 1))] = variant
+    complete = sorted({h for h, _ in cells if (h, True) in cells and (h, False) in cells})
+    if len(complete) < 2:
+        return None
+    return {(h, p): cells[(h, p)] for h in (complete[0], complete[-1]) for p in (False, True)}
+
+
+def factorial_contrasts(fit: dict, variants: list[str], cells: dict, claim: dict | None, labels: dict,
+                        tokens_per_word: float) -> list[dict]:
+    """The chapter's comparison and the main effect of heads (both pre-stated), the main effect of
+    the output projection and the interaction (exploratory, Holm-adjusted together), each from
+    the pooled residual variance of the additive model."""
+    (few, _), (many, _) = min(cells), max(cells)
+    cell = lambda heads, projection: cells[(heads, projection)]
+    chapter_a, chapter_b = cell(few, False), cell(many, True)  # 1 head against 4, each as the chapter builds it
+    if claim and {str(claim["a"]), str(claim["b"])} <= set(variants):
+        chapter_a, chapter_b = str(claim["a"]), str(claim["b"])
+    b, a = label(chapter_b, labels), label(chapter_a, labels)
+    # name, label, pre-stated, weights, what a clearly negative and a clearly positive estimate mean
+    definitions = [
+        ("chapter", f"{b} against {a} (the chapter's comparison)", True, {chapter_b: 1, chapter_a: -1},
+         (f"{b.lower()} better", f"{b.lower()} worse")),
+        ("heads", f"{many} heads against {few}, at equal projection (main effect of heads)", True,
+         {cell(many, False): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(few, True): -0.5},
+         (f"{many} heads better", f"{many} heads worse")),
+        ("projection", "output projection against none, at equal heads (main effect of the projection)", False,
+         {cell(few, True): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(many, False): -0.5},
+         ("the projection helps", "the projection hurts")),
+        ("interaction", f"what the projection does for {many} heads minus what it does for {few} (interaction)", False,
+         {cell(many, True): 1, cell(many, False): -1, cell(few, True): -1, cell(few, False): 1},
+         (f"the projection does more good with {many} heads than with {few}",
+          f"the projection does more good with {few} head{'s' if few > 1 else ''} than with {many}")),
+    ]
+    results = []
+    for name, text, pre_stated, weights, meaning in definitions:
+        result = contrast(fit, [weights.get(v, 0) for v in variants], tokens_per_word)
+        results.append({"name": name, "label": text, "pre_stated": pre_stated, "meaning": meaning, **result})
+    exploratory = [r for r in results if not r["pre_stated"]]
+    for result, adjusted in zip(exploratory, holm([r["p"] for r in exploratory])):
+        result["p_holm"] = adjusted
+        result["significant"] = bool(adjusted < 0.05)
+    return results
+
+
+def contrast_sentence(result: dict) -> str:
+    low, high = result["log_ratio_ci95"]
+    if math.isnan(low):
+        return f"{result['label'].capitalize()}: {result['relative']:+.1%} per token; with one seed there is no interval."
+    evidence = (p_is(result["p"]) if result["pre_stated"] else
+                f"exploratory, Holm-adjusted {p_is(result['p_holm'])} (unadjusted {p_value(result['p'])})")
+    outcome = (result["meaning"][result["log_ratio"] > 0] if result["significant"] else
+               "not resolved" + (" after the adjustment" if not result["pre_stated"] and result["p"] < 0.05 else ""))
+    return (f"{result['label'].capitalize()}: {result['relative']:+.1%} per token, {result['relative_per_word']:+.1%} per "
+            f"word (log-ratio {result['log_ratio']:+.3f}, 95% CI {interval(low, high)} per token; {evidence}): {outcome}.")
+
+
+def contrast_table(results: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame({
+        "Contrast": [r["label"] for r in results],
+        "Pre-stated": ["yes" if r["pre_stated"] else "no" for r in results],
+        **log_ratio_columns(results),
+        "p": [p_value(r["p"]) for r in results],
+        "p, Holm-adjusted": [p_value(r["p_holm"]) if "p_holm" in r else "" for r in results],
+    })
+
+
+def factorial_blocks(contrasts: list[dict]) -> list:
+    return [
+        ("heading", "Heads or projection: the 2 x 2"),
+        ("text", "The four variants cross head count with the output projection that mixes the heads, so the "
+                 "additive model above separates their effects; each contrast below is a log-ratio with its 95% CI "
+                 "from the pooled residual variance. Pre-stated, before these results: the chapter's comparison and "
+                 "the main effect of heads. Exploratory: the main effect of the projection and the interaction, "
+                 "whose p-values are Holm-adjusted together (their CIs are not adjusted)."),
+        ("table", contrast_table(contrasts)),
+        *[("text", contrast_sentence(c)) for c in contrasts],
+    ]
+
+
+def log_ppl_matrix(rows: list[dict]) -> tuple[np.ndarray, list[int]]:
+    """Log test perplexity, variants x the seeds every variant has."""
+    seeds = sorted(set.intersection(*(set(r["seeds"]) for r in rows)))
+    return np.log([[dict(zip(r["seeds"], r["test_ppl"]))[s] for s in seeds] for r in rows]), seeds
+
+
+def pooled_blocks(rows: list[dict], found: list[dict], settings: dict, tokens_per_word: float,
+                  figure_dir: Path) -> tuple[list, dict]:
+    """Every variant together (additive model, seed as block), the 2 x 2 when the study has it,
+    and the forest plot of every comparison."""
+    blocks, summary = [], {}
+    variants = [r["variant"] for r in rows]
+    labels = {str(k): v for k, v in settings.get("labels", {}).items()}
+    contrasts = []
+    if len(rows) > 1:
+        log_ppl, seeds = log_ppl_matrix(rows)
+        fit = additive_fit(log_ppl)
+        summary["pooled"] = {"f": fit["f"], "p": fit["p"], "df_variant": fit["df_variant"],
+                             "df_residual": fit["df_residual"], "residual_sd": fit["residual_sd"]}
+        if fit["df_residual"] == 0:
+            blocks.append(("text", "With one seed there is no residual variance, so the variants are not analysed "
+                                   "together."))
+        elif settings.get("sweep"):
+            pass  # the sweep's own section analyses the head counts together, with their shape
+        else:
+            differ = "differ" if fit["p"] < 0.05 else "do not clearly differ"
+            blocks.append(("text", f"All {len(rows)} variants together, on the seeds they share ({', '.join(map(str, seeds))}): "
+                                   "log-perplexity = seed effect + variant effect + error, the residual variance pooled "
+                                   f"over every variant ({fit['df_residual']} degrees of freedom, residual sd "
+                                   f"{fit['residual_sd']:.4f} in log-perplexity). The variants {differ}: "
+                                   f"F({fit['df_variant']}, {fit['df_residual']}) = {fit['f']:.2f}, {p_is(fit['p'])}."))
+            cells = factorial_cells(variants)
+            if cells:
+                contrasts = factorial_contrasts(fit, variants, cells, settings.get("seed_claim"), labels, tokens_per_word)
+                blocks += factorial_blocks(contrasts)
+                summary["contrasts"] = {c["name"]: flat_numbers(c) for c in contrasts}
+    forest_rows = [{**c, "label": f"{c['b']} against {c['a']}\n(paired, {len(c['seeds'])} seeds)"} for c in found]
+    forest_rows += [{**c, "label": c["label"].replace(" (", "\n(", 1) + ", pooled",
+                     "kind": "pre-stated" if c["pre_stated"] else "exploratory"} for c in contrasts]
+    claim = settings.get("seed_claim")
+    if claim:
+        theirs = math.log(claim["ppl_b"] / claim["ppl_a"])
+        for row in forest_rows:
+            if (row.get("variant_a"), row.get("variant_b")) == (str(claim["a"]), str(claim["b"])) or row.get("name") == "chapter":
+                row["reference"] = theirs
+    # Written even with no comparison, so that the stage's outputs are the same for every study.
+    figure = figures.forest(forest_rows, figure_dir / "comparisons.png", "course chapter (its unit unknown)" if claim else None)
+    return blocks + ([("figure", figure)] if forest_rows else []), summary
+
+
+def flat_numbers(result: dict) -> dict:
+    """One number per key, which `dvc exp show` and `dvc metrics show` can put in columns (they
+    show a list as one string)."""
+    flat = {}
+    for key, value in result.items():
+        if key.endswith("ci95"):
+            flat[f"{key}_low"], flat[f"{key}_high"] = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[key] = value
+    return flat
+
+
+def exp_show_columns(found: list[dict]) -> dict:
+    """The comparisons once more, keyed `B_vs_A` with one number per key (`compare.4_vs_1.log_ratio`)."""
+    keep = ("relative", "relative_ci95", "log_ratio", "log_ratio_ci95", "relative_per_word", "relative_per_word_ci95",
+            "log_ratio_per_word", "log_ratio_per_word_ci95", "diff_mean", "b_better_in")
+    return {f"{c['variant_b']}_vs_{c['variant_a']}": flat_numbers({k: c[k] for k in keep}) for c in found}
+
+
+def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float) -> list:
+    if not found:
+        return [("heading", "The comparisons"),
+                ("text", f"No comparison: none of the pairs in report.compare ({settings.get('compare', [])}) "
+                         "has both of its variants in study.variants.")]
+    blocks = [("heading", "The comparisons"),
+              ("text", "Each comparison of B against A is the mean over seeds of log ppl(B) - log ppl(A), paired by "
+                       "seed (same seed, same data order), with a 95% Student-t interval on the seeds' spread; "
+                       "negative means B is better. The same log-ratio per word is the one per token times "
+                       f"{tokens_per_word:.3f} tokens per word, so a relative change differs between the units, its "
+                       "sign does not."),
+              ("table", comparison_table(found)),
+              *[("text", verdict(c)) for c in found]]
+    claim = settings.get("seed_claim")
+    sentence = claim_sentence(found, claim, tokens_per_word) if claim else None
+    if sentence:
+        blocks.append(("text", sentence))
+    return blocks

@@ -1,0 +1,1 @@
+"""Generated tasks: token streams whose right answers are known by construction."""
