@@ -72,7 +72,7 @@ def test_two_processes_killed_and_resumed_match_one_process_and_record_one_run(t
         torch.testing.assert_close(distributed[name], single[name], rtol=0, atol=TOLERANCE, msg=name)
 
     client = MlflowClient(f"sqlite:///{two / 'mlflow.db'}")
-    [run] = client.search_runs([client.get_experiment_by_name("headstudy").experiment_id])
+    [run] = client.search_runs([client.get_experiment_by_name("headstudy-by-hand").experiment_id])
     assert run.info.status == "FINISHED"
     assert run.data.tags["processes"] == "2"
     assert sorted({m.step for m in client.get_metric_history(run.info.run_id, "val/ppl")}) == [10, 20, 30, 40]

@@ -43,9 +43,11 @@ def write_corpus(folder: Path, lines: int = 600) -> None:
 
 
 def runs(work: Path) -> list:
+    """Every run of the store: a study's, and those by hand (their own experiment)."""
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("headstudy")
-    return client.search_runs([experiment.experiment_id]) if experiment else []
+    experiments = [client.get_experiment_by_name(name) for name in ("headstudy", "headstudy-by-hand")]
+    ids = [experiment.experiment_id for experiment in experiments if experiment]
+    return client.search_runs(ids) if ids else []
 
 
 def assert_no_run_running(work: Path) -> None:

@@ -108,7 +108,7 @@ def test_three_trainings_starting_together_on_a_new_store_record_every_metric(tm
         assert training.returncode == 0, output[-3000:]
         assert "database is locked" not in output and "_alembic_tmp" not in output
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    [experiment] = client.search_experiments(filter_string="name = 'headstudy'")
+    [experiment] = client.search_experiments(filter_string="name = 'headstudy-by-hand'")
     tracked = client.search_runs([experiment.experiment_id])
     assert sorted(r.data.params["seed"] for r in tracked) == ["0", "1", "2"]
     for tracked_run in tracked:
@@ -131,7 +131,7 @@ def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, sma
     assert not (tmp_path / "mlflow.db").exists()
 
     client = MlflowClient(mlflow_server)
-    experiment = client.get_experiment_by_name("headstudy")
+    experiment = client.get_experiment_by_name("headstudy-by-hand")  # a training by hand
     assert experiment.artifact_location.startswith("mlflow-artifacts:")  # served, not a local path
     [tracked] = client.search_runs([experiment.experiment_id])
     assert_every_metric_recorded(client, tracked)

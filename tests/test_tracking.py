@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import pytest
@@ -130,14 +134,14 @@ def test_experiment_is_a_model_training_experiment_that_says_what_it_asks(study)
     assert "four heads beat one head" in found["mlflow.note.content"]
     view = json.loads(json.loads(found["mlflow.sharedViewState.results"])["state"])
     assert "metrics.`test/ppl`" in view["selectedColumns"]
-    assert "metrics.`compare/4_vs_1/relative`" in view["selectedColumns"]
+    assert "metrics.`change_pct/4_vs_1/per_token`" in view["selectedColumns"]
 
 
 def test_model_run_is_nested_under_the_study_run_of_its_dvc_experiment(study):
     _, rest, _ = study
     runs = runs_by_name(rest, experiment(rest)["experiment_id"])
-    assert set(runs) == {"h1-s0", f"study {EXPERIMENT_NAME} @" + tags(runs["h1-s0"]["data"])["git.commit"][:7]}
-    [parent] = [run for name, run in runs.items() if name.startswith("study")]
+    assert set(runs) == {"h1-s0", f"default @ {EXPERIMENT_NAME}"}  # the project root's study, this experiment
+    parent = runs[f"default @ {EXPERIMENT_NAME}"]
     child = runs["h1-s0"]
     assert tags(child["data"])["mlflow.parentRunId"] == parent["info"]["run_id"]
     assert tags(child["data"])["dvc.exp_name"] == tags(parent["data"])["dvc.exp_name"] == EXPERIMENT_NAME
@@ -196,13 +200,14 @@ def test_logged_model_loads_and_computes_what_the_trained_model_computes(study, 
 def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(study):
     _, rest, _ = study
     runs = runs_by_name(rest, experiment(rest)["experiment_id"])
-    [parent] = [run for name, run in runs.items() if name.startswith("study")]
+    [parent] = [run for name, run in runs.items() if name != "h1-s0"]
     assert tags(parent["data"])["study.state"] == "closed"
     metrics = {metric["key"]: metric["value"] for metric in parent["data"]["metrics"]}
     test_ppl = {metric["key"]: metric["value"] for metric in runs["h1-s0"]["data"]["metrics"]}["test/ppl"]
-    assert metrics["test_ppl_mean/1"] == test_ppl
-    assert metrics["compare/4_vs_1/relative_ci95/low"] < metrics["compare/4_vs_1/relative"] < 0
-    assert "compare/4_vs_1/seeds" not in " ".join(metrics)
+    # As report_metrics names them: 4 heads against 1 in percent, negative when 4 heads are better.
+    assert metrics["test_ppl/1"] == test_ppl
+    assert metrics["change_pct/4_vs_1/per_token_ci95_low"] < metrics["change_pct/4_vs_1/per_token"] < 0
+    assert "seeds" not in " ".join(metrics)
 
     def artifacts(run) -> set[str]:
         listed = rest.get("/api/2.0/mlflow/artifacts/list", run_id=run["info"]["run_id"])
@@ -251,3 +256,189 @@ def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_
     assert columns[:len(tracking.RESULTS_COLUMNS)] == tracking.RESULTS_COLUMNS
     assert columns[len(tracking.RESULTS_COLUMNS):] == ["metrics.`compare/4_vs_1/relative`",
                                                       "metrics.`compare/8_vs_4/relative`"]
+
+
+# Runs by hand, under DVC and of `headstudy reproduce`, in a folder of their own: a git
+# repository with a change not committed, a tiny corpus and a tiny model (20 steps).
+
+HAND_DATA = ["data=textdir", "data.dir=corpus", "data.vocab_size=300", "paths.prepared=prepared"]
+HAND_TINY = ["model=tiny", "threads=1", "trainer.max_steps=20", "trainer.val_every_steps=10"]
+
+
+def by_hand(folder: Path, *args: str, wait: bool = True, **env_changes: str):
+    """`headstudy ARGS` in folder with the project's conf/ and the store folder/mlflow.db: by hand
+    (no DVC_STAGE) unless env_changes set one."""
+    env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "DVC_EXP_NAME")}
+    env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+                **env_changes})
+    if not wait:
+        return subprocess.Popen(["headstudy", *args], cwd=folder, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    result = subprocess.run(["headstudy", *args], cwd=folder, env=env, capture_output=True, text=True)
+    assert result.returncode in (0, 1), f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def git_repository(folder: Path) -> str:
+    """folder as a git repository with one commit and a change to it; the commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder,
+                              check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (folder / "notes.txt").write_text("first\n")
+    git("add", "notes.txt")
+    git("commit", "-qm", "notes")
+    (folder / "notes.txt").write_text("first\nsecond, not committed\n")
+    return git("rev-parse", "HEAD").strip()
+
+
+def runs_of(folder: Path, *experiment_names: str) -> list:
+    """The runs of these experiments (by default every one) in the store folder/mlflow.db."""
+    mlflow_client = mlflow.tracking.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    if experiment_names:
+        found = [mlflow_client.get_experiment_by_name(name) for name in experiment_names]
+    else:
+        found = mlflow_client.search_experiments()
+    return mlflow_client.search_runs([experiment.experiment_id for experiment in found if experiment]) \
+        if any(found) else []
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory):
+    """Model h1-s0 trained and evaluated as DVC runs the stages (DVC_STAGE set), then reproduced;
+    h1-s1 trained and evaluated by hand, its output going to a pipe, not a terminal."""
+    folder = tmp_path_factory.mktemp("tracked-by-hand")
+    commit = git_repository(folder)
+    rng = random.Random(0)
+    (folder / "corpus").mkdir()
+    lines = (" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(600))
+    (folder / "corpus/a.txt").write_text("\n".join(lines) + "\n")
+    by_hand(folder, "prepare", *HAND_DATA)
+    by_hand(folder, "train", *HAND_DATA, *HAND_TINY, DVC_STAGE="train@1-0")
+    by_hand(folder, "evaluate", *HAND_DATA, *HAND_TINY, DVC_STAGE="evaluate@1-0")
+    [staged] = [run for run in runs_of(folder, "headstudy") if run.info.run_name == "h1-s0"]
+    reproduced = by_hand(folder, "reproduce", staged.info.run_id)
+    trained = by_hand(folder, "train", *HAND_DATA, *HAND_TINY, "seed=1", "paths.models=hand-models",
+                      "paths.metrics=hand-metrics")
+    by_hand(folder, "evaluate", *HAND_DATA, *HAND_TINY, "seed=1", "paths.models=hand-models",
+            "paths.metrics=hand-metrics")
+    return SimpleNamespace(folder=folder, commit=commit, staged=staged, reproduced=reproduced, trained=trained)
+
+
+def test_runs_by_hand_and_reproductions_go_to_their_own_experiment_where_evaluate_finds_them(tracked):
+    folder = tracked.folder
+    studies = {run.info.run_name: run for run in runs_of(folder, "headstudy")}
+    assert len(studies) == 2 and "h1-s0" in studies  # the model and its study's parent run
+    assert studies["h1-s0"].data.tags["stage"] == "train@1-0"
+    evaluated = json.loads((folder / "metrics/h1-s0.json").read_text())
+    assert studies["h1-s0"].data.metrics["test/ppl"] == evaluated["test_ppl"]
+
+    apart = runs_of(folder, "headstudy-by-hand")
+    [reproduction] = [run for run in apart if run.data.tags.get("reproduces") == tracked.staged.info.run_id]
+    assert reproduction.data.tags["stage"] == "reproduce" and "test/ppl" in reproduction.data.metrics
+    assert "weights sha256:" in tracked.reproduced.stdout
+    [manual] = [run for run in apart if run.info.run_name == "h1-s1"]
+    assert manual.data.tags["stage"] == "manual"
+    assert manual.data.metrics["test/ppl"] == json.loads((folder / "hand-metrics/h1-s1.json").read_text())["test_ppl"]
+    assert f"/#/experiments/{manual.info.experiment_id}/runs/{manual.info.run_id}" in tracked.trained.stdout
+
+
+def test_runs_that_record_git_state_carry_mlflow_standard_git_commit_tag(tracked):
+    recorded = runs_of(tracked.folder)
+    assert len(recorded) == 4  # the study's parent, its model, the reproduction and the model by hand
+    for run in recorded:
+        assert run.data.tags["git.commit"] == tracked.commit
+        assert run.data.tags["mlflow.source.git.commit"] == tracked.commit, run.info.run_name
+
+
+def ui_text_extensions() -> set[str]:
+    """The file extensions that MLflow's UI (the build in the installed package) previews as text."""
+    build = Path(mlflow.__file__).parent / "server/js/build/static/js"
+    for script in build.glob("*.js"):
+        found = re.search(r'new Set\((\["txt","pbtxt"[^\]]*\])', script.read_text(errors="replace"))
+        if found:
+            return set(re.findall(r'"(\w+)"', found.group(1)))
+    raise AssertionError(f"no list of previewable text extensions in {build}")
+
+
+def test_provenance_is_logged_as_text_files_the_ui_previews(tracked):
+    [manual] = [run for run in runs_of(tracked.folder) if run.info.run_name == "h1-s1"]
+    mlflow_client = mlflow.tracking.MlflowClient(f"sqlite:///{tracked.folder / 'mlflow.db'}")
+    logged = {item.path for item in mlflow_client.list_artifacts(manual.info.run_id, "provenance")}
+    assert {"provenance/requirements-frozen.txt", "provenance/git-diff.txt"} <= logged
+    previewed = ui_text_extensions()
+    assert {path for path in logged if path.rsplit(".", 1)[-1] not in previewed} == set()
+    diff = Path(mlflow_client.download_artifacts(manual.info.run_id, "provenance/git-diff.txt",
+                                                 str(tracked.folder / "downloaded")))
+    assert "+second, not committed" in diff.read_text()
+
+
+def test_study_parent_run_is_named_by_its_folder_and_the_time_it_started(tracked):
+    [parent] = [run for run in runs_of(tracked.folder, "headstudy") if run.info.run_name != "h1-s0"]
+    assert re.fullmatch(r"default @ \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", parent.info.run_name), parent.info.run_name
+
+
+def test_study_parent_runs_are_named_by_study_folder_and_dvc_experiment(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "conf").mkdir(parents=True)
+    (project / "conf/config.yaml").write_text("threads: 1\n")
+    (project / "studies/lr-tuning").mkdir(parents=True)
+    commit = git_repository(project)
+    monkeypatch.delenv("HEADSTUDY_CONF", raising=False)
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)  # where a store named by the variable keeps its artifacts
+    mlflow_client = tracking.client()
+
+    def opened(folder: Path, **environment: str):
+        monkeypatch.chdir(folder)
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        return mlflow_client.get_run(tracking.open_study_run())
+
+    root = opened(project)
+    study = opened(project / "studies/lr-tuning")
+    experiment = opened(project, DVC_EXP_NAME="bold-gull")
+    assert re.fullmatch(r"default @ \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", root.info.run_name)
+    assert re.fullmatch(r"studies/lr-tuning @ \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", study.info.run_name)
+    assert experiment.info.run_name == "default @ bold-gull"
+    for run in (root, study, experiment):
+        assert run.data.tags["mlflow.source.git.commit"] == commit
+
+
+def test_validation_is_one_line_when_output_is_not_a_terminal(tracked):
+    output = tracked.trained.stdout
+    pieces = [piece.strip() for piece in re.split(r"[\r\n]", output) if piece.strip()]
+    validations = [piece for piece in pieces if "Validation" in piece]
+    one_line = r"Validation at step \d+: val/ppl=\S+ \(\d+\.\d s\)"
+    assert validations == [piece for piece in validations if re.fullmatch(one_line, piece)]
+    assert [piece.split(":")[0] for piece in validations] == ["Validation at step 10", "Validation at step 20"]
+    assert any(piece.startswith("Training: 100%") and "20/20" in piece for piece in pieces)  # the training bar stays
+    assert "\x1b[" not in output  # no cursor movement in a log
+
+
+def wait_for_checkpoint(folder: Path, name: str, training: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while not list((folder / "checkpoints").glob(f"{name}-*/last.ckpt")):
+        assert training.poll() is None, training.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("interruption, seed, status", [(signal.SIGINT, 20, 130), (signal.SIGTERM, 21, 143)])
+def test_an_interrupted_training_is_marked_killed_not_failed(tracked, interruption, seed, status):
+    folder = tracked.folder
+    training = by_hand(folder, "train", *HAND_DATA, "model=tiny", "threads=1", f"seed={seed}",
+                       "trainer.max_steps=4000", "trainer.val_every_steps=10", wait=False)
+    try:
+        wait_for_checkpoint(folder, f"h1-s{seed}", training)
+        training.send_signal(interruption)  # Ctrl-C, or a scheduler's preemption
+        _, errors = training.communicate(timeout=120)
+    finally:
+        if training.poll() is None:
+            training.kill()
+    assert training.returncode == status, errors[-3000:]
+    [run] = [run for run in runs_of(folder) if run.info.run_name == f"h1-s{seed}"]
+    assert run.info.status == "KILLED"
+    assert list((folder / "checkpoints").glob(f"h1-s{seed}-*/last.ckpt"))  # resumable

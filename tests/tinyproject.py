@@ -44,9 +44,10 @@ def edit_params(project: Path, section: str, **values) -> None:
 
 
 def runs(project: Path):
+    """Every run of the project's store: the study's, and those by hand or by `reproduce`."""
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("headstudy")
-    return client.search_runs([experiment.experiment_id])
+    experiments = [client.get_experiment_by_name(name) for name in ("headstudy", "headstudy-by-hand")]
+    return client.search_runs([experiment.experiment_id for experiment in experiments if experiment])
 
 
 def commit(project: Path, message: str) -> None:

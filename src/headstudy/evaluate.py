@@ -48,7 +48,7 @@ def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     run_id = run_id or tracking.find_training_run(run["name"], run["weights_sha256"])
     if run_id is None:
         print(f"evaluate: warning: no finished MLflow run {run['name']} with weights.sha256="
-              f"{run['weights_sha256'][:12]}... in {tracking.tracking_uri()}: test/ppl not logged", file=sys.stderr)
+              f"{run['weights_sha256'][:12]}... in {tracking.redact(tracking.tracking_uri())}: test/ppl not logged", file=sys.stderr)
     else:
         tracking.log_metrics(run_id, {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"]})
     return metrics

@@ -61,6 +61,7 @@ def only_training_of(resume_folder: Path) -> Iterator[None]:
     """One process at a time trains a given model with given settings: a second one started
     beside it would share its checkpoint folder and MLflow run. Refused at once, not queued."""
     lock = Path(resume_folder).with_name(Path(resume_folder).name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)  # a first training: no checkpoints folder yet
     with open(lock, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

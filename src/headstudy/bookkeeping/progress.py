@@ -40,14 +40,25 @@ class Throughput(L.Callback):
         return steps * self.tokens_per_step / elapsed if elapsed > 0 else float("nan")
 
 
+def on_terminal() -> bool:
+    """Standard output is a terminal, which redraws a bar in place; a log file or a pipe (a
+    `dvc repro` whose output is kept, a scheduler's log) keeps every redraw as a line."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
 class StepProgressBar(TQDMProgressBar):
     """One bar for the whole run: the global step out of trainer.max_steps (a resumed run starts
     where it stopped), the latest loss and validation perplexity, and tokens/s. Lightning's
-    default counts epochs, which here are only validation intervals."""
+    default counts epochs, which here are only validation intervals. On a terminal a second bar
+    shows each validation as it runs; elsewhere each validation is one line when it ends."""
 
     def __init__(self, throughput: Throughput, refresh_rate: int = 10):
         super().__init__(refresh_rate=refresh_rate)
         self.throughput = throughput
+        self.validation_started = 0.0
 
     def init_train_tqdm(self) -> Tqdm:
         return Tqdm(
@@ -58,6 +69,28 @@ class StepProgressBar(TQDMProgressBar):
 
     def on_train_epoch_start(self, trainer, *_) -> None:
         pass  # one bar for the run: nothing restarts at an epoch
+
+    def init_validation_tqdm(self) -> Tqdm:
+        if on_terminal():
+            return super().init_validation_tqdm()
+        # Off a terminal a bar's every redraw, and its cursor moves, would stay in the output.
+        return Tqdm(disable=True)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        super().on_validation_start(trainer, pl_module)
+        self.validation_started = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if on_terminal() or trainer.sanity_checking or self.is_disabled or trainer.state.fn != "fit":
+            return
+        # Numbers as the bars show them.
+        results = ", ".join(f"{key}={Tqdm.format_num(value) if isinstance(value, (int, float)) else value}"
+                            for key, value in trainer.progress_bar_metrics.items() if key.startswith("val"))
+        took = time.perf_counter() - self.validation_started
+        # On a line of its own: the training bar's redraws so far share one line, unended.
+        sys.stdout.write(f"\nValidation at step {trainer.global_step}: {results or 'done'} ({took:.1f} s)\n")
+        sys.stdout.flush()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         super().on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)

@@ -2,9 +2,11 @@
 MLFLOW_TRACKING_URI says otherwise (another database, or a shared `mlflow server`).
 Nothing else in headstudy imports mlflow.
 
-One experiment, `headstudy`. Each execution of a study (a `dvc repro` or a `dvc exp run`) is
-one parent run; the model runs it trains are nested beneath it, and the report stage logs the
-report and the comparison metrics to it, then closes it.
+The studies' experiment, `headstudy`: each execution of a study (a `dvc repro` or a `dvc exp
+run`) is one parent run, named by its study folder and its DVC experiment (or the time it
+started); the model runs it trains are nested beneath it, and the report stage logs the report
+and the comparison metrics to it, then closes it. Trainings by hand and `headstudy reproduce`
+go to an experiment of their own, `headstudy-by-hand`, so that the studies' runs stand alone.
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ import json
 import math
 import os
 import platform
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import mlflow
 import numpy as np
@@ -30,13 +36,15 @@ import torch
 import yaml
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
 # Progress bars for small artifacts only clutter the terminal and the one-line errors.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 EXPERIMENT = "headstudy"
+# Runs that belong to no study: trainings by hand (no DVC_STAGE) and `headstudy reproduce`.
+BY_HAND_EXPERIMENT = "headstudy-by-hand"
 DEFAULT_STORE = "mlflow.db"
 PARAMS_FILE = "params.yaml"
 # Config groups that shape later stages, not a training: kept out of a training run's params.
@@ -48,14 +56,26 @@ EXPERIMENT_TAGS = {
     "mlflow.experimentKind": "custom_model_development",
     MLFLOW_RUN_NOTE: (
         "Does attention with four heads beat one head at the same width, and by how much?\n\n"
-        "Each execution of a study (`dvc repro` or `dvc exp run`) is a parent run named "
-        "`study ...`: it holds the report (results.html, results.md, figures, summary.json) and "
+        "Each execution of a study (`dvc repro` or `dvc exp run`) is a parent run named by its "
+        "study folder (`default` for the project root, `studies/NAME`) and its DVC experiment, or "
+        "the UTC time it started (`default @ 2025-01-31 12:00:00 UTC`): it holds the report "
+        "(results.html, results.md, figures, summary.json) and "
         "the comparison metrics (difference and relative change of test perplexity, with 95% "
         "CIs). The model runs it trained (`h{variant}-s{seed}`) are nested beneath it, with "
         "`train/loss` and `val/ppl` curves, `test/ppl`, the prepared data as their dataset and "
-        "the trained model."
+        "the trained model. Trainings by hand and `headstudy reproduce` runs are in the experiment "
+        f"`{BY_HAND_EXPERIMENT}`."
     ),
 }
+BY_HAND_TAGS = {
+    "mlflow.experimentKind": "custom_model_development",
+    MLFLOW_RUN_NOTE: (
+        "Model runs that belong to no study: `headstudy train` run by hand (outside `dvc repro`) "
+        "and the retrainings of `headstudy reproduce` (tag `reproduces`: the run retrained). "
+        f"The studies' own runs are in the experiment `{EXPERIMENT}`."
+    ),
+}
+EXPERIMENT_DESCRIPTIONS = {EXPERIMENT: EXPERIMENT_TAGS, BY_HAND_EXPERIMENT: BY_HAND_TAGS}
 UI_ADDRESS = "http://127.0.0.1:5000"
 # A saved view of the runs table (the UI's "Views"), stored as an experiment tag the way the UI
 # stores one, that ui_url() opens: the columns a reader of this study looks for.
@@ -92,8 +112,43 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_root() / DEFAULT_STORE}"
 
 
-# Stores this process has seen ready: created, migrated, and holding the experiment.
-_ready: dict[str, str] = {}
+# The longest wait for a lock that another process holds: a schema migration or a lookup holds one
+# for seconds. Longer means a process stuck on the store; waiting on it for ever helps no one.
+LOCK_TIMEOUT_S = 120.0
+# The longest wait for a network store to accept a connection, before MLflow is asked anything.
+PROBE_TIMEOUT_S = 5.0
+# While check_store asks an `mlflow server` whether it works: MLflow's own defaults retry a dead
+# server for about 255 s before they give up.
+CHECK_HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433}
+
+# Experiments this process has seen ready, by (store, name): the store created and migrated,
+# the experiment there and described.
+_ready: dict[tuple[str, str], str] = {}
+
+
+def redact(text: str, uri: str | None = None) -> str:
+    """text with the password of the store's URI (`postgresql://user:secret@host/db`) hidden,
+    wherever it appears: a message must never show it."""
+    try:
+        password = urlsplit(uri or tracking_uri()).password
+    except ValueError:
+        return text
+    if not password:
+        return text
+    for form in {password, unquote(password)}:
+        text = text.replace(f":{form}@", ":***@")
+        if len(form) >= 4:  # a shorter one would turn ordinary words into stars
+            text = text.replace(form, "***")
+    return text
+
+
+def store_named() -> str:
+    """The store as a message names it: its URI, password hidden, and what chose it."""
+    if "MLFLOW_TRACKING_URI" in os.environ:
+        return f"{redact(tracking_uri())} (MLFLOW_TRACKING_URI)"
+    return f"{tracking_uri()} (the default store; set MLFLOW_TRACKING_URI for another)"
 
 
 def sqlite_file(uri: str) -> Path | None:
@@ -103,28 +158,80 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def ensure_store(uri: str) -> str:
-    """Create and migrate the store and create the experiment exactly once, whoever comes first;
-    the experiment's id. Trainings that start at the same moment on a new SQLite file would
-    each run MLflow's schema migration (`table _alembic_tmp_metrics already exists`, and a
-    half-migrated store for good) and race to create the experiment, so they take turns under
-    a file lock beside the database. A server serialises this itself."""
-    if uri not in _ready:
+@contextmanager
+def store_lock(database: Path) -> Iterator[None]:
+    """The lock beside an SQLite store, under which processes take turns to create and migrate
+    it. A lock file that cannot be made, or a lock held past LOCK_TIMEOUT_S, is one line."""
+    from filelock import FileLock, Timeout
+
+    from headstudy.formats.errors import ConfigError
+
+    lock = database.with_name(database.name + ".lock")
+    try:  # FileLock would retry a lock file that can never be made for as long as it may wait
+        database.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "a"):
+            pass
+    except OSError as error:
+        raise ConfigError(f"cannot open the MLflow store {store_named()}: its lock file {lock} cannot be "
+                          f"created ({error.strerror or error})") from None
+    try:
+        with FileLock(lock, timeout=LOCK_TIMEOUT_S):
+            yield
+    except Timeout:
+        raise ConfigError(f"cannot open the MLflow store {store_named()}: another process has held its lock "
+                          f"{lock} for over {LOCK_TIMEOUT_S:.0f} s; end that process, or try again") from None
+
+
+def ensure_store(uri: str, name: str = EXPERIMENT) -> str:
+    """Create and migrate the store and create the experiment `name` exactly once, whoever
+    comes first; the experiment's id. Trainings that start at the same moment on a new SQLite
+    file would each run MLflow's schema migration and race to create the experiment, so they
+    take turns under a file lock beside the database; a server serialises this itself. A new
+    SQLite store is created and migrated in a file of its own and moved into place whole, so
+    that a command interrupted while it migrates leaves no store rather than a broken one
+    (`table _alembic_tmp_metrics already exists` for every later command)."""
+    if (uri, name) not in _ready:
         database = sqlite_file(uri)
         if database is None:
-            _ready[uri] = get_or_create_experiment(uri)
+            _ready[uri, name] = get_or_create_experiment(uri, name)
         else:
-            from filelock import FileLock
+            with store_lock(database):
+                if not database.is_file() or database.stat().st_size == 0:
+                    create_database(database)
+                _ready[uri, name] = get_or_create_experiment(uri, name)
+    return _ready[uri, name]
 
-            database.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(database.with_name(database.name + ".lock")):
-                _ready[uri] = get_or_create_experiment(uri)
-    return _ready[uri]
+
+def create_database(database: Path) -> None:
+    """A new SQLite store at `database`, its schema complete: migrated in a temporary file beside
+    it (left-overs of an interrupted one are removed first; the caller holds the store's lock),
+    then renamed into place in one step."""
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+    from sqlalchemy.pool import NullPool
+
+    for leftover in database.parent.glob(f".{database.name}.new-*"):
+        leftover.unlink(missing_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{database.name}.new-", dir=database.parent)
+    os.close(handle)
+    staged = Path(name)
+    try:
+        engine = sqlalchemy.create_engine(f"sqlite:///{staged}", poolclass=NullPool)
+        try:
+            _initialize_tables(engine)  # what MLflow does to a new database: create, then migrate
+        finally:
+            engine.dispose()
+        staged.chmod(0o644)  # mkstemp's file is private; the store is not
+        os.replace(staged, database)
+    finally:
+        staged.unlink(missing_ok=True)
+        for journal in database.parent.glob(f"{staged.name}-*"):
+            journal.unlink(missing_ok=True)
 
 
-def get_or_create_experiment(uri: str) -> str:
-    mlflow_client = MlflowClient(uri)  # on a new SQLite file: creates and migrates the schema
-    experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
+def get_or_create_experiment(uri: str, name: str = EXPERIMENT) -> str:
+    mlflow_client = MlflowClient(uri)
+    experiment = mlflow_client.get_experiment_by_name(name)
     if experiment is not None:
         describe_experiment(mlflow_client, experiment)
         return experiment.experiment_id
@@ -133,12 +240,12 @@ def get_or_create_experiment(uri: str) -> str:
         # Beside mlflow.db, whichever directory a later command runs from.
         artifact_location = (store_root() / "mlartifacts").as_uri()
     try:
-        created = mlflow_client.create_experiment(EXPERIMENT, artifact_location=artifact_location,
-                                                  tags=EXPERIMENT_TAGS)
+        created = mlflow_client.create_experiment(name, artifact_location=artifact_location,
+                                                  tags=EXPERIMENT_DESCRIPTIONS[name])
     except mlflow.exceptions.MlflowException as error:  # another client of the server was first
         if error.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-        return mlflow_client.get_experiment_by_name(EXPERIMENT).experiment_id
+        return mlflow_client.get_experiment_by_name(name).experiment_id
     save_results_view(mlflow_client, created, [])
     return created
 
@@ -149,13 +256,26 @@ def client() -> MlflowClient:
     return MlflowClient(uri)
 
 
-def experiment_id() -> str:
-    return ensure_store(tracking_uri())
+def experiment_id(name: str = EXPERIMENT) -> str:
+    """The id of the experiment `name` (by default the studies' one), created if new."""
+    return ensure_store(tracking_uri(), name)
+
+
+def run_experiment() -> str:
+    """The experiment of a model run started now: the studies' under DVC, else the by-hand one."""
+    return EXPERIMENT if in_pipeline() else BY_HAND_EXPERIMENT
+
+
+def existing_experiment_ids() -> list[str]:
+    """The ids of this project's experiments that exist in the store: the studies' first."""
+    mlflow_client = client()
+    found = (mlflow_client.get_experiment_by_name(name) for name in EXPERIMENT_DESCRIPTIONS)
+    return [experiment.experiment_id for experiment in found if experiment is not None]
 
 
 def describe_experiment(mlflow_client: MlflowClient, experiment) -> None:
     """Give a store made before these tags existed its kind, description and results view."""
-    for key, value in EXPERIMENT_TAGS.items():
+    for key, value in EXPERIMENT_DESCRIPTIONS.get(experiment.name, {}).items():
         if experiment.tags.get(key) != value:
             mlflow_client.set_experiment_tag(experiment.experiment_id, key, value)
     if VIEW_TAG_PREFIX + RESULTS_VIEW not in experiment.tags:
@@ -191,9 +311,10 @@ def saved_view_columns(mlflow_client: MlflowClient, experiment: str) -> list[str
 def ui_url(run_id: str | None = None) -> str:
     """Where `mlflow ui` shows the experiment's runs, or one run, in the model-training view.
     MLflow 3.17's UI opens the GenAI view unless the URL (or its sidebar switch) says otherwise."""
-    experiment = experiment_id()
     if run_id:
+        experiment = client().get_run(run_id).info.experiment_id
         return f"{UI_ADDRESS}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
+    experiment = experiment_id()
     return (f"{UI_ADDRESS}/#/experiments/{experiment}/runs"
             f"?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}")
 
@@ -304,17 +425,28 @@ def installed_packages() -> str:
 
 def training_logger(run_id: str | None, run_name: str, parent_run_id: str | None = None):
     """Lightning's MLflow logger on our store; with run_id it continues that run, otherwise it
-    starts one nested under parent_run_id."""
+    starts one nested under parent_run_id (in the studies' experiment, as its parent is), or
+    standing alone in the experiment of runs by hand."""
     from lightning.pytorch.loggers import MLFlowLogger
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     class TrainingLogger(MLFlowLogger):
         def log_metrics(self, metrics, step=None):
             # Lightning adds `epoch`, which here counts validation intervals: noise in the run.
             super().log_metrics({key: value for key, value in metrics.items() if key != "epoch"}, step)
 
-    experiment_id()  # create the store and experiment once, before the logger looks for them
+        def finalize(self, status: str = "success") -> None:
+            # Lightning ends every interrupted fit with finalize("failed"), Ctrl-C and a SIGTERM
+            # included, from within the handler of the exception: an interruption, which resumes
+            # from the last checkpoint, is KILLED, not FAILED.
+            if status == "failed" and isinstance(sys.exc_info()[1], (KeyboardInterrupt, SIGTERMException)):
+                status = RunStatus.to_string(RunStatus.KILLED)
+            super().finalize(status)
+
+    experiment = EXPERIMENT if parent_run_id else run_experiment()
+    experiment_id(experiment)  # create the store and experiment once, before the logger looks for them
     return TrainingLogger(
-        experiment_name=EXPERIMENT,
+        experiment_name=experiment,
         run_name=run_name,
         tracking_uri=tracking_uri(),
         run_id=run_id,
@@ -328,6 +460,7 @@ def record_provenance(run_id: str, config: DictConfig, tags: dict[str, str], wor
     git = git_state()
     all_tags = {
         "git.commit": git["commit"],
+        **source_commit(mlflow_client, run_id, git["commit"]),
         "git.dirty": git["dirty"],
         "git.params_changed": git["params_changed"],
         **dvc_experiment(),
@@ -341,16 +474,27 @@ def record_provenance(run_id: str, config: DictConfig, tags: dict[str, str], wor
     )
     work_dir.mkdir(parents=True, exist_ok=True)
     files = {
+        # Names ending in .txt: the only text the 3.17 UI previews (not .patch, nor .diff).
         "requirements-frozen.txt": installed_packages(),
-        # .patch and .txt names: the UI previews them.
-        "git.patch": git["diff"],
+        "git-diff.txt": git["diff"],
         "git-untracked.txt": git["untracked"],
-        "params.patch": git["params_diff"],
+        "params-diff.txt": git["params_diff"],
     }
     for name, text in files.items():
         if text:
             (work_dir / name).write_text(text)
             mlflow_client.log_artifact(run_id, str(work_dir / name), "provenance")
+
+
+def source_commit(mlflow_client: MlflowClient, run_id: str, commit: str) -> dict[str, str]:
+    """MLflow's standard tag for the commit a run ran from (the UI's "Git commit"), as a tag to
+    set; none when git knows no commit here. MLflow itself may already have set it, from the git
+    repository of the `headstudy` script rather than of the study: that one is removed."""
+    if commit != "unknown":
+        return {MLFLOW_GIT_COMMIT: commit}
+    if MLFLOW_GIT_COMMIT in mlflow_client.get_run(run_id).data.tags:
+        mlflow_client.delete_tag(run_id, MLFLOW_GIT_COMMIT)
+    return {}
 
 
 def log_dataset(run_id: str, prepared: Path, name: str, digest: str) -> None:
@@ -416,10 +560,29 @@ def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, voca
 
 @contextmanager
 def file_lock(name: str) -> Iterator[None]:
-    """An exclusive lock among this machine's processes that share the tracking store."""
+    """An exclusive lock among this machine's processes that share the tracking store, waited
+    for at most LOCK_TIMEOUT_S."""
+    from headstudy.formats.errors import ConfigError
+
     store = hashlib.sha256(tracking_uri().encode()).hexdigest()[:12]
-    with open(Path(tempfile.gettempdir()) / f"headstudy-{store}-{name}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    path = Path(tempfile.gettempdir()) / f"headstudy-{store}-{name}.lock"
+    try:
+        handle = open(path, "a")
+    except OSError as error:
+        raise ConfigError(f"cannot use the MLflow store {store_named()}: the lock file {path} cannot be "
+                          f"created ({error.strerror or error})") from None
+    with handle:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"cannot use the MLflow store {store_named()}: another process has held "
+                                      f"the lock {path} for over {LOCK_TIMEOUT_S:.0f} s; end that process, "
+                                      "or try again") from None
+                time.sleep(0.05)
         try:
             yield
         finally:
@@ -440,10 +603,26 @@ def study_identity() -> dict[str, str]:
     }
 
 
+def study_folder_name() -> str:
+    """The study this folder holds, as the project names it: `default` for the project root,
+    `studies/NAME` for one of its studies (the folder's path from the project root, or from
+    the git repository's root when the project's conf/ lies elsewhere)."""
+    from headstudy.settings.compose import project_root
+
+    here = Path.cwd().resolve()
+    try:
+        folder = here.relative_to(project_root().resolve()).as_posix()
+    except ValueError:
+        prefix = git("rev-parse", "--show-prefix").strip().rstrip("/")
+        folder = prefix if prefix or git("rev-parse", "--show-toplevel").strip() else here.name
+    return "default" if folder in ("", ".") else folder
+
+
 def study_run_name(identity: dict[str, str]) -> str:
-    folder = git("rev-parse", "--show-prefix").strip().rstrip("/")
-    parts = ["study", identity.get("dvc.exp_name", ""), folder, f"@{identity['git.commit'][:7]}"]
-    return " ".join(part for part in parts if part)
+    """`FOLDER @ DVC-EXPERIMENT` under `dvc exp run`, else `FOLDER @ YYYY-MM-DD HH:MM:SS UTC`, the
+    time the execution started: `default @ bold-gull`, `studies/lr-tuning @ 2025-01-31 12:00:00 UTC`."""
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{study_folder_name()} @ {identity.get('dvc.exp_name') or started}"
 
 
 def open_study_run() -> str:
@@ -470,6 +649,7 @@ def open_study_run() -> str:
             STUDY_KEY: key,
             STUDY_STATE: "open",
             **identity,
+            **({MLFLOW_GIT_COMMIT: identity["git.commit"]} if identity["git.commit"] != "unknown" else {}),
             **dvc_experiment(),
             "git.dirty": git["dirty"],
             "git.params_changed": git["params_changed"],
@@ -532,7 +712,7 @@ def report_metrics(summary: dict) -> dict[str, float]:
     study's `selected_lr/VARIANT`."""
     tree = {
         "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
-        "change_pct": {f"{c['b']}_vs_{c['a']}": percent_changes(c) for c in summary.get("comparisons", [])},
+        "change_pct": {f"{c['variant_b']}_vs_{c['variant_a']}": percent_changes(c) for c in summary.get("comparisons", [])},
         "contrast_pct": {name: percent_changes(c) for name, c in (summary.get("contrasts") or {}).items()},
         "selected_lr": summary.get("selected_lr") or {},
     }
@@ -572,7 +752,8 @@ def log_artifact(run_id: str, path: Path, folder: str | None = None) -> None:
 
 
 def mark_killed(run_id: str) -> None:
-    """A run whose process died without saying so: never leave it RUNNING."""
+    """A run whose process died without saying so, or was interrupted: never leave it RUNNING.
+    (An interrupted fit's logger has already ended its run KILLED: see training_logger.)"""
     mlflow_client = client()
     try:
         run = mlflow_client.get_run(run_id)
@@ -586,7 +767,7 @@ def get_run(run_id: str):
     try:
         return client().get_run(run_id)
     except mlflow.exceptions.MlflowException:
-        raise LookupError(f"run {run_id!r} not found in the MLflow store {tracking_uri()}") from None
+        raise LookupError(f"run {run_id!r} not found in the MLflow store {redact(tracking_uri())}") from None
 
 
 def download_artifact(run_id: str, artifact_path: str, destination: Path) -> Path:
@@ -601,15 +782,55 @@ def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
 
 def check_store() -> None:
     """Open the store (creating it if new) before any work: a store that cannot be opened stops
-    the command with one line instead of a traceback from deep inside MLflow."""
+    the command with one line, within seconds, instead of a traceback from deep inside MLflow
+    (or, for a server that is down, after MLflow's four minutes of retries)."""
     from headstudy.formats.errors import ConfigError, first_line
 
+    uri = tracking_uri()
+    probe_network_store(uri)
     try:
-        experiment_id()
+        with bounded_http_retries(uri):
+            experiment_id()
+    except ConfigError:
+        raise
     except Exception as error:  # whatever the backend raises, the store is unusable
-        message = first_line(error)
-        source = "MLFLOW_TRACKING_URI" if "MLFLOW_TRACKING_URI" in os.environ else "the default store"
-        raise ConfigError(f"cannot open the MLflow store {tracking_uri()} ({source}): {message}") from None
+        raise ConfigError(f"cannot open the MLflow store {store_named()}: {redact(first_line(error))}") from None
+
+
+def probe_network_store(uri: str) -> None:
+    """A store on another machine (an `mlflow server`, a database) must accept a connection
+    within PROBE_TIMEOUT_S; nothing listening is one line at once."""
+    from headstudy.formats.errors import ConfigError
+
+    try:
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme.split("+")[0].lower())
+    except ValueError:  # a port that is no number: MLflow says what is wrong with the URI
+        return
+    if not host or not port:
+        return
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as error:
+        reason = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        raise ConfigError(f"cannot open the MLflow store {store_named()}: nothing accepts a connection at "
+                          f"{host}:{port} ({reason}); start the server, or correct the address") from None
+
+
+@contextmanager
+def bounded_http_retries(uri: str) -> Iterator[None]:
+    """For an `mlflow server`, MLflow's HTTP retries cut to CHECK_HTTP_SETTINGS (where the
+    environment sets none), for this block only; a later request retries as MLflow does."""
+    if not uri.lower().startswith(("http://", "https://")):
+        yield
+        return
+    added = {key: value for key, value in CHECK_HTTP_SETTINGS.items() if key not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def find_training_run(name: str, weights_sha256: str) -> str | None:
@@ -617,7 +838,7 @@ def find_training_run(name: str, weights_sha256: str) -> str | None:
     `headstudy reproduce` of it). Several can match after a forced retrain: runs of a DVC stage
     come before manual ones, then the latest first."""
     runs = client().search_runs(
-        [experiment_id()],
+        existing_experiment_ids(),  # a study's runs, and runs by hand
         filter_string=f"tags.`mlflow.runName` = '{name}' and tags.`weights.sha256` = '{weights_sha256}' "
                       "and attributes.status = 'FINISHED'",
     )
