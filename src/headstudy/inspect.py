@@ -253,7 +253,7 @@ def inspect(config: DictConfig) -> dict:
     labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
     per_model, loaded, map_figures, drawn = [], [], [], set()
-    for name, training in config.models.items():
+    for name, training in ((model.name, model.training) for model in config.models):
         variant, seed = str(training.variant), training.seed
         # Refused unless it is the model these settings ask for, trained on this data.
         model, _ = load_checked(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
