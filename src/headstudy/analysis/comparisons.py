@@ -186,7 +186,8 @@ def pooled_blocks(rows: list[dict], found: list[dict], settings: dict, tokens_pe
                 contrasts = factorial_contrasts(fit, variants, cells, settings.get("seed_claim"), labels, tokens_per_word)
                 blocks += factorial_blocks(contrasts)
                 summary["contrasts"] = {c["name"]: flat_numbers(c) for c in contrasts}
-    forest_rows = [{**c, "label": f"{c['b']} against {c['a']}\n(paired, {len(c['seeds'])} seeds)"} for c in found]
+    forest_rows = [{**c, "label": f"{c['b']} against {c['a']}\n(paired, {len(c['seeds'])} seed{'s' * (len(c['seeds']) > 1)})"}
+                   for c in found]
     forest_rows += [{**c, "label": c["label"].replace(" (", "\n(", 1) + ", pooled",
                      "kind": "pre-stated" if c["pre_stated"] else "exploratory"} for c in contrasts]
     claim = settings.get("seed_claim")

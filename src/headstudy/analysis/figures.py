@@ -20,10 +20,14 @@ PERCENT = FuncFormatter(lambda value, _: f"{value:+g}%" if value else "0%")
 
 
 def plain_log_y(axes, axis: str = "y") -> None:
-    """Log scale with plain tick labels (20, 30, 50), never 2x10^1."""
+    """Log scale with plain tick labels (20, 30, 50), never 2x10^1; over many decades only the
+    powers of ten, so that the labels never run into each other."""
     getattr(axes, f"set_{axis}scale")("log")
     scale = getattr(axes, f"{axis}axis")
-    scale.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    low, high = sorted(getattr(axes, f"get_{axis}lim")())
+    decades = np.log10(high / low) if low > 0 else 0
+    subs = (1.0,) if decades > 3 else (1.0, 3.0) if decades > 1.5 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
+    scale.set_major_locator(LogLocator(subs=subs))
     scale.set_major_formatter(PLAIN)
     scale.set_minor_formatter(NullFormatter())
 
