@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from headstudy.bookkeeping import tracking
@@ -96,8 +97,11 @@ def reproduce(run_id: str, topology: list[str] = ()) -> bool:
             if key not in TOPOLOGY_KEYS:
                 raise ConfigError(f"reproduce: {key} is not a setting of where a run runs; "
                                   f"expected one of {', '.join(TOPOLOGY_KEYS)}")
-            OmegaConf.update(config, key, OmegaConf.create({"v": value}).v if value else value)
+            OmegaConf.update(config, key, yaml.safe_load(value) if value else value)
         validate(config)
+        import torch
+
+        torch.set_num_threads(config.threads)  # as train sets it: the comparison below must see the same
         differences = environment_differences(run)
         for key, (then, now) in differences.items():
             print(f"reproduce: environment differs: {key} was {then!r}, is {now!r}")
