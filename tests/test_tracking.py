@@ -204,7 +204,7 @@ def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(
     assert tags(parent["data"])["study.state"] == "closed"
     metrics = {metric["key"]: metric["value"] for metric in parent["data"]["metrics"]}
     test_ppl = {metric["key"]: metric["value"] for metric in runs["h1-s0"]["data"]["metrics"]}["test/ppl"]
-    # As report_metrics names them: 4 heads against 1 in percent, negative when 4 heads are better.
+    # As analysis.headline names them: 4 heads against 1 in percent, negative when 4 heads are better.
     assert metrics["test_ppl/1"] == test_ppl
     assert metrics["change_pct/4_vs_1/per_token_ci95_low"] < metrics["change_pct/4_vs_1/per_token"] < 0
     assert "seeds" not in " ".join(metrics)

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
 from headstudy.analysis import figures
+from headstudy.analysis.clues import capturing
 from headstudy.analysis.perplexity import perplexity, stream_nll
 from headstudy.analysis.statistics import against_null, nan_to_null, union_combinations
 from headstudy.bookkeeping import guards, jobs
@@ -38,22 +39,6 @@ SPOTLIGHT = ("covered_positions", "distinct_top1")
 # The spotlight verdict should not hinge on one threshold of "substantial" weight.
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5)
 ORDER_KEY = "distance"
-
-
-class capturing:
-    """Switch weight capture on for every attention layer, and off again afterwards."""
-
-    def __init__(self, model: Decoder):
-        self.layers = model.attention_layers
-
-    def __enter__(self):
-        for layer in self.layers:
-            layer.capture_weights = True
-        return self.layers
-
-    def __exit__(self, *exc):
-        for layer in self.layers:
-            layer.capture_weights, layer.captured_weights = False, None
 
 
 def attention_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:

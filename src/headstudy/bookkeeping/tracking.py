@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import math
 import os
 import platform
 import socket
@@ -672,59 +671,14 @@ def leave_study_run(run_id: str) -> None:
     client().set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
 
 
-def numeric_leaves(tree: dict) -> dict[str, float]:
-    """Every finite number in nested dicts as a metric named by its path (`compare/4_vs_1/
-    relative`). A pair under a key ending in `ci95` gives `.../low` and `.../high`; other lists
-    (seeds), booleans and text are left out."""
-    found: dict[str, float] = {}
-
-    def walk(node, name: str) -> None:
-        if isinstance(node, dict):
-            for key, child in node.items():
-                walk(child, f"{name}/{key}" if name else str(key))
-        elif isinstance(node, list) and len(node) == 2 and name.endswith("ci95"):
-            walk(node[0], f"{name}/low")
-            walk(node[1], f"{name}/high")
-        elif isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node):
-            found[name] = float(node)
-
-    walk(tree, "")
-    return found
-
-
-def percent_changes(result: dict) -> dict:
-    """A comparison's relative changes as percentages: `per_token`, `per_word` and their CIs."""
-    found = {}
-    for unit, key in (("per_token", "relative"), ("per_word", "relative_per_word")):
-        if key in result:
-            found[unit] = 100 * result[key]
-            low, high = result.get(f"{key}_ci95") or (result.get(f"{key}_ci95_low"), result.get(f"{key}_ci95_high"))
-            found[f"{unit}_ci95_low"], found[f"{unit}_ci95_high"] = (
-                None if low is None else 100 * low, None if high is None else 100 * high)
-    return found
-
-
-def report_metrics(summary: dict) -> dict[str, float]:
-    """What a study run shows of the report (summary.json), named to be read in the MLflow UI:
-    `test_ppl/VARIANT` (geometric mean over seeds); `change_pct/B_vs_A/per_token` (and
-    `per_word`, each with `_ci95_low` and `_ci95_high`: B against A in percent, negative means B
-    is better); the same for the 2 x 2's contrasts, `contrast_pct/NAME/...`; and a learning-rate
-    study's `selected_lr/VARIANT`."""
-    tree = {
-        "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
-        "change_pct": {f"{c['variant_b']}_vs_{c['variant_a']}": percent_changes(c) for c in summary.get("comparisons", [])},
-        "contrast_pct": {name: percent_changes(c) for name, c in (summary.get("contrasts") or {}).items()},
-        "selected_lr": summary.get("selected_lr") or {},
-    }
-    return numeric_leaves(tree)
-
-
 def log_study_report(artifacts: list[Path], summary: dict) -> str:
-    """The report's files (a folder keeps its name) and its numbers (report_metrics) on this
+    """The report's files (a folder keeps its name) and its numbers (analysis.headline) on this
     study execution's parent run; then close that run."""
     run_id = open_study_run()
     mlflow_client = client()
-    metrics = report_metrics(summary)
+    from headstudy.analysis.headline import headline
+
+    metrics = headline(summary)
     log_metrics(run_id, metrics)
     for path in map(Path, artifacts):
         if path.is_dir():
