@@ -86,19 +86,18 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     models = study_models(params)
     report = check_report(params)
     files: dict[str, DictConfig] = {}
-    trained = {}
     for model in models:
         config = compose_config([*model["overrides"], *overrides], params)
         config.name = model["name"]
         files[f"train/{model['name']}.yaml"] = stage_config("train", config)
-        trained[model["name"]] = training_section(config)
     shared = compose_config(list(overrides), params)
-    for clues in listed(params["study"], "clues", required=False):
+    for clues in dict.fromkeys(model["clues"] for model in models if model["clues"] is not None):
         files[f"prepare/k{clues}.yaml"] = stage_config("prepare", compose_config([*overrides, *task_overrides(clues)], params))
     files["prepare.yaml"] = stage_config("prepare", shared)
     files["baselines.yaml"] = stage_config("baselines", shared)
     inspect = stage_config("inspect", shared)
-    inspect.models = [{"name": name, "training": training} for name, training in trained.items()]  # study order
+    inspect.models = [{"name": model["name"], "training": training_section(files[f"train/{model['name']}.yaml"])}
+                      for model in models]  # in study order
     files["inspect.yaml"] = inspect
     summary = stage_config("report", shared)
     summary.study = OmegaConf.create(params["study"])
@@ -108,7 +107,7 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     return files
 
 
-def configure(folder: Path = CONFIGS) -> list[Path]:
+def configure(folder: Path = CONFIGS) -> None:
     files = resolve(read_params(required=True))
     staging = folder.with_name(folder.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -120,7 +119,6 @@ def configure(folder: Path = CONFIGS) -> list[Path]:
     staging.rename(folder)
     print(f"configure: {len(files)} config files in {folder}/, "
           f"{sum(name.startswith('train/') for name in files)} models")
-    return [folder / relative for relative in files]
 
 
 def main(args: list[str]) -> None:
