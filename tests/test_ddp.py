@@ -5,6 +5,8 @@ same data and only the order of float summation differs."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -14,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from conftest import headstudy_environment
+from conftest import free_port, headstudy_environment
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +46,29 @@ def train(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     return result
 
 
+def torchrun(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
+    """The training as torchrun starts it on one machine: 2 processes meeting at 127.0.0.1."""
+    folder.mkdir(exist_ok=True)
+    command = ["torchrun", "--nnodes=1", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+               f"--master-port={free_port()}", shutil.which("headstudy"), "train", *TINY_RUN, *corpus,
+               "trainer.devices=2", "trainer.strategy=ddp", *extra]
+    env = headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}")
+    if not wait:
+        return subprocess.Popen(command, cwd=folder, env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def kill_after_first_checkpoint(training: subprocess.Popen, checkpoints: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not list(checkpoints.glob("h4-s0-*/last.ckpt")):
+        assert training.poll() is None, "the training ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.01)
+    os.killpg(training.pid, signal.SIGKILL)  # every process: they share the session
+    training.wait()
+
+
 def weights(folder: Path) -> dict[str, torch.Tensor]:
     return torch.load(folder / "models/h4-s0/model.pt", weights_only=True)["state_dict"]
 
@@ -54,14 +79,7 @@ def test_two_processes_killed_and_resumed_match_one_process_and_record_one_run(t
 
     two = tmp_path / "two"
     ddp = ["trainer.devices=2", "trainer.strategy=ddp"]
-    killed = train(two, small_corpus, *ddp, wait=False)
-    deadline = time.monotonic() + 300
-    while not list((two / "checkpoints").glob("h4-s0-*/last.ckpt")):
-        assert killed.poll() is None, "the DDP training ended before its first checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.01)
-    os.killpg(killed.pid, signal.SIGKILL)  # both processes: they share the session
-    killed.wait()
+    kill_after_first_checkpoint(train(two, small_corpus, *ddp, wait=False), two / "checkpoints")
     assert not (two / "models").exists()
     resumed = train(two, small_corpus, *ddp)
     assert "resuming h4-s0" in resumed.stdout
@@ -77,3 +95,25 @@ def test_two_processes_killed_and_resumed_match_one_process_and_record_one_run(t
     assert run.data.tags["processes"] == "2"
     assert sorted({m.step for m in client.get_metric_history(run.info.run_id, "val/ppl")}) == [10, 20, 30, 40]
     assert not list((two / "checkpoints").glob("*"))
+
+
+def test_torchrun_processes_resuming_from_different_steps_stop_at_once_and_resume_from_one_folder(
+        tmp_path, small_corpus):
+    # Each process its own checkpoints folder, as on machines without a shared file system:
+    # only process 0 writes checkpoints, so after the kill process 1 has none.
+    separate = ["paths.checkpoints=checkpoints-${oc.env:RANK}"]
+    kill_after_first_checkpoint(torchrun(tmp_path, small_corpus, *separate, wait=False), tmp_path / "checkpoints-0")
+
+    refused = torchrun(tmp_path, small_corpus, *separate)
+    assert refused.returncode != 0
+    assert re.search(r"^headstudy train: error: the 2 processes resume from different steps "
+                     r"\(process 0: step [1-9]\d*, process 1: step 0\)", refused.stderr, re.MULTILINE)
+    assert not (tmp_path / "models").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("headstudy-by-hand").experiment_id])
+    assert run.info.status != "RUNNING"
+
+    shared = torchrun(tmp_path, small_corpus, "paths.checkpoints=checkpoints-0")
+    assert shared.returncode == 0, shared.stderr[-3000:]
+    assert "resuming h4-s0" in shared.stdout
+    assert (tmp_path / "models/h4-s0/model.pt").is_file()

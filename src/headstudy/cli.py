@@ -26,8 +26,10 @@ COMMANDS = {
     "count": ("data", "model"),
     "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
     "reproduce": (),
+    "experiments": (),
 }
-ARGUMENTS = {"reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]", "configure": ""}
+ARGUMENTS = {"reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]", "configure": "",
+             "experiments": "[dvc exp show options]"}
 # Commands that run as DVC stages and so can read a file of configs/.
 STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "spotlight")
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
@@ -141,6 +143,10 @@ def main(argv: list[str] | None = None) -> None:
     from headstudy.formats.errors import ConfigError
 
     try:
+        flags = [arg for arg in rest if arg.startswith("-") and arg != "--config"]
+        if flags and command != "experiments":  # Hydra's own flags (--cfg job, --multirun): headstudy composes with Hydra but is no Hydra app
+            raise ConfigError(f"{flags[0]} is not an option of headstudy; settings are key=value, and "
+                              "`headstudy config [key=value ...]` prints the config they compose")
         if command == "config":
             from omegaconf import OmegaConf
 
@@ -149,6 +155,10 @@ def main(argv: list[str] | None = None) -> None:
             print(OmegaConf.to_yaml(compose_config(rest)), end="")
         elif command in STAGES:
             config = load_config(command, rest)
+            if command == "train":  # DVC deletes a queued experiment's copy, and the resume state with it
+                from headstudy.bookkeeping.jobs import in_users_repository
+
+                config.paths.checkpoints = str(in_users_repository(Path(config.paths.checkpoints)))
             importlib.import_module(f"headstudy.{command}").main(config)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)

@@ -56,6 +56,19 @@ def in_queued_experiment() -> bool:
     return Path.cwd().resolve().is_relative_to((Path(repository) / QUEUE_WORKERS.parent).resolve())
 
 
+def in_users_repository(folder: Path) -> Path:
+    """`folder` where the user's repository has it. A DVC experiment from the queue, or one run
+    with --temp, runs in a copy of the repository that DVC deletes afterwards, and names the
+    user's own repository in DVC_ROOT: what must outlive the experiment (its runs' store, a
+    killed training's resume checkpoints) goes to the same place in the user's repository."""
+    folder = Path(folder).absolute()
+    user_repository = os.environ.get("DVC_ROOT")
+    copy = next((above for above in (folder, *folder.parents) if (above / ".dvc").is_dir()), None)
+    if not user_repository or copy is None:
+        return folder
+    return Path(user_repository).resolve() / folder.relative_to(copy)
+
+
 def torch_threads(requested: int) -> int:
     """`requested` (the config's `threads`), or fewer in a queued experiment: the cores divided
     among the queue's running jobs, so that they never ask for more threads than there are cores."""

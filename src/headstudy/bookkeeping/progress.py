@@ -13,6 +13,8 @@ import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
+from headstudy.bookkeeping.ranks import ResumeStepsAgree
+
 
 class Throughput(L.Callback):
     """Training tokens per second, validation time left out."""
@@ -134,5 +136,6 @@ def quiet_routine_warnings() -> None:
 
 
 def watchers(throughput: Throughput) -> list[L.Callback]:
-    """The callbacks that watch a training without changing it."""
-    return [throughput, StepProgressBar(throughput)]
+    """The callbacks that watch a training without changing it: its speed, its progress, and
+    that all its processes start from the same step."""
+    return [throughput, StepProgressBar(throughput), ResumeStepsAgree()]

@@ -184,7 +184,7 @@ def known_keys(directory: Path) -> list[str]:
 def override_hints(overrides: list[str], directory: Path) -> str:
     """For overrides that name no key or option of conf/: what was probably meant."""
     all_groups, keys = groups(directory), known_keys(directory)
-    hints = []
+    hints, unknown_without_guess = [], 0
     for override in overrides:
         key, _, value = override.partition("=")
         name, head = key.lstrip("+~"), f"{key}="
@@ -200,9 +200,10 @@ def override_hints(overrides: list[str], directory: Path) -> str:
                                 f"; the options are {', '.join(options)}"))
         elif name not in keys and not any(known.startswith(name + ".") for known in keys):
             close = difflib.get_close_matches(name, keys + all_groups, n=1, cutoff=0.6)
-            hints.append(f"{name} is not a config key"
-                         + (f" (did you mean {close[0]}?)" if close else
-                            "; `headstudy config` prints every key"))
+            hints.append(f"{name} is not a config key" + (f" (did you mean {close[0]}?)" if close else ""))
+            unknown_without_guess += not close
+    if unknown_without_guess:  # said once, after all of them
+        hints[-1] += "; `headstudy config` prints every key"
     return "; ".join(hints)
 
 

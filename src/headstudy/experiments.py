@@ -1,0 +1,88 @@
+"""`headstudy experiments [dvc exp show options]`: the study's DVC experiments in one table that
+fits a terminal.
+
+`dvc exp show` has a column for every parameter and metric of every study in the repository
+(hundreds). This keeps the study of the folder it runs in: the settings of its params.yaml that
+differ between the rows, the test perplexity of each variant, and the per-token change of each
+comparison in percent (negative: B is better). Options such as `-A` go to `dvc exp show`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+
+from headstudy.analysis.headline import numeric_leaves
+from headstudy.formats.errors import ConfigError
+
+PARAMS = "params.yaml"
+METRICS = "reports/metrics.json"
+COMPARISON_SUFFIX = "/per_token"
+
+
+def shown_experiments(options: list[str]) -> list[dict]:
+    """What `dvc exp show --json` says, or a one-line error with DVC's own message."""
+    try:
+        result = subprocess.run(["dvc", "exp", "show", "--json", *options], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ConfigError("dvc not found: install this project (pip install -e .) in the active environment") from None
+    if result.returncode != 0:
+        message = next((line for line in result.stderr.splitlines() if line.strip()), "no message")
+        raise ConfigError(f"dvc exp show failed: {message}")
+    return json.loads(result.stdout or "[]")
+
+
+def flat_params(tree, prefix: str = "") -> dict[str, str]:
+    if isinstance(tree, dict):
+        return {key: value for name, child in tree.items() for key, value in flat_params(child, f"{prefix}{name}.").items()}
+    return {prefix[:-1]: json.dumps(tree) if isinstance(tree, (list, dict)) else str(tree)}
+
+
+def study_data(entry: dict) -> tuple[dict, dict]:
+    """One row's params of params.yaml (flat) and numbers of reports/metrics.json."""
+    data = entry.get("data") or {}
+    params = ((data.get("params") or {}).get(PARAMS) or {}).get("data") or {}
+    metrics = ((data.get("metrics") or {}).get(METRICS) or {}).get("data") or {}
+    return flat_params(params), numeric_leaves(metrics)
+
+
+def rows(shown: list[dict]) -> list[tuple[str, dict, dict]]:
+    """(name, params, metrics): the workspace, each baseline commit, and each experiment of it."""
+    found = []
+    for baseline in shown:
+        found.append((baseline.get("name") or baseline["rev"][:7], *study_data(baseline)))
+        for experiment in baseline.get("experiments") or []:
+            for revision in experiment.get("revs") or []:
+                name = experiment.get("name") or revision.get("name") or revision["rev"][:7]
+                found.append((name, *study_data(revision)))
+    return found
+
+
+def table(shown: list[dict]) -> pd.DataFrame:
+    found = rows(shown)
+    keys = sorted({key for _, params, _ in found for key in params if not key.startswith("report.")})
+    changed = [key for key in keys if len({params.get(key) for _, params, _ in found}) > 1]
+    variants = list(dict.fromkeys(name.removeprefix("test_ppl/") for _, _, metrics in found
+                                  for name in metrics if name.startswith("test_ppl/")))
+    comparisons = list(dict.fromkeys(name.removeprefix("change_pct/").removesuffix(COMPARISON_SUFFIX)
+                                     for _, _, metrics in found for name in metrics
+                                     if name.startswith("change_pct/") and name.endswith(COMPARISON_SUFFIX)))
+    records = []
+    for name, params, metrics in found:
+        record = {"experiment": name, **{key: params.get(key, "") for key in changed}}
+        record.update({f"ppl {variant}": metrics.get(f"test_ppl/{variant}") for variant in variants})
+        record.update({f"{pair.replace('_vs_', ' vs ')} %": metrics.get(f"change_pct/{pair}{COMPARISON_SUFFIX}")
+                       for pair in comparisons})
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def render(frame: pd.DataFrame) -> str:
+    formats = {column: "{:.2f}".format for column in frame.columns if column.startswith("ppl ")}
+    formats.update({column: "{:+.1f}".format for column in frame.columns if column.endswith(" %")})
+    return frame.to_string(index=False, formatters=formats, na_rep="-")
+
+
+def main(options: list[str]) -> None:
+    print(render(table(shown_experiments(options))))
