@@ -38,6 +38,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
+from headstudy.bookkeeping.jobs import in_users_repository
+
 # Progress bars for small artifacts only clutter the terminal and the one-line errors.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
@@ -49,9 +51,11 @@ PARAMS_FILE = "params.yaml"
 # Config groups that shape later stages, not a training: kept out of a training run's params.
 
 EXPERIMENT_TAGS = {
-    # MLflow 3's kind for classic model training (the UI's "Machine learning"), as the UI's own
-    # experiment-type selector writes it. The 3.17 UI opens the view that its sidebar switch or
-    # the URL's workflowType picks, so ui_url() asks for that view too.
+    # MLflow 3's kind for classic model training (the UI's "Model training"), as the UI's own
+    # experiment-type selector writes it. The 3.17 UI does not read it to pick a view: the URL's
+    # workflowType does, else the sidebar switch's last choice in that browser, else GenAI, so
+    # the experiments list opens a new reader on the GenAI overview (tests/test_mlflow_ui.py)
+    # and ui_url() asks for the model-training view.
     "mlflow.experimentKind": "custom_model_development",
     MLFLOW_RUN_NOTE: (
         "Does attention with four heads beat one head at the same width, and by how much?\n\n"
@@ -93,17 +97,11 @@ STUDY_STATE = "study.state"
 
 
 def store_root() -> Path:
-    """The folder of the default store: the project root. A DVC experiment from the queue runs
-    in a temporary copy of the repository (under .dvc/tmp/exps/) that is deleted afterwards;
-    DVC names the user's own repository in DVC_ROOT, and its runs belong in that store."""
+    """The folder of the default store: the project root, in the user's repository also when a
+    queued DVC experiment runs in a temporary copy of it."""
     from headstudy.settings.compose import project_root
 
-    root = project_root()
-    user_repository = os.environ.get("DVC_ROOT")
-    copy = next((folder for folder in (root, *root.parents) if (folder / ".dvc").is_dir()), None)
-    if user_repository and copy is not None:
-        return Path(user_repository).resolve() / root.relative_to(copy)
-    return root
+    return in_users_repository(project_root())
 
 
 def tracking_uri() -> str:
