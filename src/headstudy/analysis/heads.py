@@ -91,15 +91,16 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
         f"A null for this measure: {k} heads that share nothing but the data. The union of {spotlight['null_heads']} "
         f"single heads taken from independently trained single-head models ({' and '.join(members).lower()}, seeds "
         f"{', '.join(map(str, seeds))}: {n} models, {spotlight['null_unions']} unions), on the same test windows, "
-        f"covers what {k} heads covering unrelated places would. Several heads covering more than one head is expected "
-        f"by that alone; a division of labour shows only as coverage beyond this null."]
+        f"covers what {k} heads that each attend as a lone head does would cover. Several heads covering more than one "
+        f"head is expected by that alone; a division of labour shows only as coverage beyond this null. The single "
+        f"heads are wider than the heads of a multi-head model, so the null is a guide, not an exact match."]
     for layer in sorted({r["layer"] for r in spotlight["rows"]}):
         rows = [r for r in spotlight["rows"] if r["layer"] == layer]
         main = min(rows, key=lambda r: abs(r["threshold"] - substantial))
         words = POSITION_WORDS[main["position"]].format(k=k, n=n)
         consequence = {
             "above": "so the heads of one model spread their weight over more places than independent heads "
-                     "would: the spotlight picture holds here",
+                     "would: this measure supports the spotlight picture",
             "within": "so the heads look at more places than one head only as much as unrelated heads would: "
                       "this measure gives no evidence that they divide the work",
             "below": "so the heads of one model overlap more than independent heads do: the spotlight picture "
