@@ -59,14 +59,22 @@ def torchrun(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
-def kill_after_first_checkpoint(training: subprocess.Popen, checkpoints: Path) -> None:
+def stop_after_first_checkpoint(training: subprocess.Popen, checkpoints: Path, stop) -> None:
     deadline = time.monotonic() + 300
     while not list(checkpoints.glob("h4-s0-*/last.ckpt")):
         assert training.poll() is None, "the training ended before its first checkpoint"
         assert time.monotonic() < deadline, "no checkpoint within 300 s"
         time.sleep(0.01)
-    os.killpg(training.pid, signal.SIGKILL)  # every process: they share the session
-    training.wait()
+    stop(training)
+    training.wait(timeout=120)
+
+
+def kill_every_process(training: subprocess.Popen) -> None:
+    os.killpg(training.pid, signal.SIGKILL)  # Lightning's launcher keeps its processes in one session
+
+
+def preempt(training: subprocess.Popen) -> None:
+    training.terminate()  # torchrun passes SIGTERM on to every process it started, as on preemption
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -79,7 +87,7 @@ def test_two_processes_killed_and_resumed_match_one_process_and_record_one_run(t
 
     two = tmp_path / "two"
     ddp = ["trainer.devices=2", "trainer.strategy=ddp"]
-    kill_after_first_checkpoint(train(two, small_corpus, *ddp, wait=False), two / "checkpoints")
+    stop_after_first_checkpoint(train(two, small_corpus, *ddp, wait=False), two / "checkpoints", kill_every_process)
     assert not (two / "models").exists()
     resumed = train(two, small_corpus, *ddp)
     assert "resuming h4-s0" in resumed.stdout
@@ -100,9 +108,10 @@ def test_two_processes_killed_and_resumed_match_one_process_and_record_one_run(t
 def test_torchrun_processes_resuming_from_different_steps_stop_at_once_and_resume_from_one_folder(
         tmp_path, small_corpus):
     # Each process its own checkpoints folder, as on machines without a shared file system:
-    # only process 0 writes checkpoints, so after the kill process 1 has none.
+    # only process 0 writes checkpoints, so after the preemption process 1 has none.
     separate = ["paths.checkpoints=checkpoints-${oc.env:RANK}"]
-    kill_after_first_checkpoint(torchrun(tmp_path, small_corpus, *separate, wait=False), tmp_path / "checkpoints-0")
+    stop_after_first_checkpoint(torchrun(tmp_path, small_corpus, *separate, wait=False), tmp_path / "checkpoints-0",
+                                preempt)
 
     refused = torchrun(tmp_path, small_corpus, *separate)
     assert refused.returncode != 0
