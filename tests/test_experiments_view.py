@@ -7,7 +7,7 @@ from headstudy.experiments import render, table
 
 
 def revision(name: str, max_steps: int, ppl_1: float, ppl_4: float, change: float) -> dict:
-    return {"rev": name * 7, "name": name, "data": {
+    return {"rev": "workspace" if name == "workspace" else name * 40, "name": None if name == "workspace" else name, "data": {
         "params": {"params.yaml": {"data": {"study": {"variants": [1, 4], "seeds": [0, 1, 2]},
                                             "trainer": {"max_steps": max_steps},
                                             "report": {"compare": [[1, 4]]}}},

@@ -143,8 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     from headstudy.formats.errors import ConfigError
 
     try:
+        # Hydra's own flags (--cfg job, --multirun): headstudy composes with Hydra but is no Hydra app.
         flags = [arg for arg in rest if arg.startswith("-") and arg != "--config"]
-        if flags and command != "experiments":  # Hydra's own flags (--cfg job, --multirun): headstudy composes with Hydra but is no Hydra app
+        if flags and command != "experiments":
             raise ConfigError(f"{flags[0]} is not an option of headstudy; settings are key=value, and "
                               "`headstudy config [key=value ...]` prints the config they compose")
         if command == "config":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pandas as pd
 
@@ -23,10 +24,9 @@ COMPARISON_SUFFIX = "/per_token"
 
 def shown_experiments(options: list[str]) -> list[dict]:
     """What `dvc exp show --json` says, or a one-line error with DVC's own message."""
-    try:
-        result = subprocess.run(["dvc", "exp", "show", "--json", *options], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise ConfigError("dvc not found: install this project (pip install -e .) in the active environment") from None
+    # DVC of this environment (a dependency), whether or not its scripts are on PATH.
+    result = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json", *options],
+                            capture_output=True, text=True)
     if result.returncode != 0:
         message = next((line for line in result.stderr.splitlines() if line.strip()), "no message")
         raise ConfigError(f"dvc exp show failed: {message}")
@@ -47,14 +47,19 @@ def study_data(entry: dict) -> tuple[dict, dict]:
     return flat_params(params), numeric_leaves(metrics)
 
 
+def short(revision: str) -> str:
+    """A commit's hash shortened as git does; `workspace` as it is."""
+    return revision[:7] if len(revision) == 40 else revision
+
+
 def rows(shown: list[dict]) -> list[tuple[str, dict, dict]]:
     """(name, params, metrics): the workspace, each baseline commit, and each experiment of it."""
     found = []
     for baseline in shown:
-        found.append((baseline.get("name") or baseline["rev"][:7], *study_data(baseline)))
+        found.append((baseline.get("name") or short(baseline["rev"]), *study_data(baseline)))
         for experiment in baseline.get("experiments") or []:
             for revision in experiment.get("revs") or []:
-                name = experiment.get("name") or revision.get("name") or revision["rev"][:7]
+                name = experiment.get("name") or revision.get("name") or short(revision["rev"])
                 found.append((name, *study_data(revision)))
     return found
 
