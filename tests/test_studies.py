@@ -37,3 +37,27 @@ def test_default_study_trains_each_variant_at_the_learning_rate_the_lr_study_sel
     composed = subprocess.run(["headstudy", "config", "variant=1-mix"], cwd=ROOT, capture_output=True, text=True,
                               check=True)
     assert yaml.safe_load(composed.stdout)["optimizer"]["lr"] == lr_summary()["selected_lr"]["1-mix"]
+
+
+def test_committed_default_study_is_the_2x2_and_each_row_trained_at_its_selected_rate():
+    summary = json.loads((ROOT / "reports" / "summary.json").read_text())
+    rows = {row["variant"]: row for row in summary["rows"]}
+    assert list(rows) == ["1", "1-mix", "4-nomix", "4"]
+    assert [rows[v]["params"] for v in rows] == [328_704, 345_216, 328_704, 345_216]
+    for variant, lr in lr_summary()["selected_lr"].items():
+        assert rows[variant]["lr"] == lr, variant
+    assert all(row["seeds"] == [0, 1, 2] for row in summary["rows"])
+
+
+def numbers_only(tree) -> bool:
+    if isinstance(tree, dict):
+        return all(numbers_only(child) for child in tree.values())
+    return isinstance(tree, (int, float)) and not isinstance(tree, bool)
+
+
+def test_every_metrics_file_of_the_default_study_holds_numbers_only():
+    # The files dvc.yaml declares as metrics, which `dvc metrics show` and `dvc exp show` list.
+    files = [ROOT / "metrics" / "baselines.json", ROOT / "reports" / "metrics.json", *(ROOT / "metrics").glob("h*.json")]
+    assert len(files) == 2 + 12
+    for path in files:
+        assert numbers_only(json.loads(path.read_text())), path
