@@ -37,12 +37,15 @@ def test_2x2_contrasts_estimate_the_chapter_the_main_effects_and_the_interaction
     assert results["heads"]["log_ratio"] == pytest.approx(-0.03)  # mean of -0.02 (no projection) and -0.04 (with)
     assert results["projection"]["log_ratio"] == pytest.approx(0.0, abs=1e-12)  # +0.01 for 1 head, -0.01 for 4
     assert results["interaction"]["log_ratio"] == pytest.approx(-0.02)
+    assert results["equal_parameters"]["log_ratio"] == pytest.approx(-0.02)  # 4 heads against 1, no projection
     assert results["heads"]["log_ratio_per_word"] == pytest.approx(-0.06)
-    assert [r["pre_stated"] for r in results.values()] == [True, True, False, False]
+    assert [r["pre_stated"] for r in results.values()] == [True, True, False, False, False]
     assert "p_holm" not in results["chapter"] and "p_holm" not in results["heads"]
-    exploratory = sorted([results["projection"]["p"], results["interaction"]["p"]])
-    assert results["interaction"]["p_holm"] == pytest.approx(min(1, 2 * exploratory[0]))
-    assert results["projection"]["p_holm"] == pytest.approx(max(2 * exploratory[0], exploratory[1]))
+    names = ["equal_parameters", "projection", "interaction"]
+    ranked = sorted(names, key=lambda name: results[name]["p"])
+    holm = [min(1, max((3 - i) * results[ranked[j]]["p"] for j in range(i + 1))) for i in range(3)]
+    for name, adjusted in zip(ranked, holm):
+        assert results[name]["p_holm"] == pytest.approx(adjusted), name
 
 
 def test_the_chapter_s_claim_is_compared_by_the_sign_of_its_log_ratio_only():
