@@ -213,31 +213,3 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
         metrics = revision["data"]["metrics"]["metrics/h1-s0.json"]["data"]
         assert metrics["test_ppl"] == tracked.data.metrics["test/ppl"]
 
-
-@pytest.mark.slow
-def test_a_killed_queued_training_resumes_when_its_experiment_is_queued_again(reproduced):
-    # Long enough to be killed after its first checkpoint (every 10 steps), and unlike any
-    # training the other tests run, so that its resume folder is its own.
-    longer = ["-S", "trainer.max_steps=2000", "train@1-0"]
-    run(reproduced, "dvc", "exp", "run", "--queue", "--name", "killed", *longer)
-    run(reproduced, "dvc", "queue", "start")
-    deadline = time.monotonic() + 300
-    try:
-        # In the user's repository, not in the experiment's temporary copy that DVC deletes.
-        while not list((reproduced / "checkpoints").glob("h1-s0-*/last.ckpt")):
-            assert time.monotonic() < deadline, run(reproduced, "dvc", "queue", "logs", "killed", check=False).stdout
-            time.sleep(0.05)
-        run(reproduced, "dvc", "queue", "kill", "killed")  # as Ctrl-C: the training keeps its checkpoint
-        while "Running" in queue_states(reproduced):
-            assert time.monotonic() < deadline, "the killed experiment still runs"
-            time.sleep(1)
-        run(reproduced, "dvc", "exp", "run", "--queue", "--name", "again", *longer)
-        run(reproduced, "dvc", "queue", "start")
-        while "Queued" in queue_states(reproduced) or "Running" in queue_states(reproduced):
-            assert time.monotonic() < deadline, "the experiment queued again did not finish"
-            time.sleep(1)
-    finally:
-        run(reproduced, "dvc", "queue", "stop", check=False)
-    log = run(reproduced, "dvc", "queue", "logs", "again").stdout
-    assert "train: resuming h1-s0" in log
-    assert not list((reproduced / "checkpoints").glob("h1-s0-*/last.ckpt"))  # finished: resume state gone

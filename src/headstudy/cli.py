@@ -156,10 +156,6 @@ def main(argv: list[str] | None = None) -> None:
             print(OmegaConf.to_yaml(compose_config(rest)), end="")
         elif command in STAGES:
             config = load_config(command, rest)
-            if command == "train":  # DVC deletes a queued experiment's copy, and the resume state with it
-                from headstudy.bookkeeping.jobs import in_users_repository
-
-                config.paths.checkpoints = str(in_users_repository(Path(config.paths.checkpoints)))
             importlib.import_module(f"headstudy.{command}").main(config)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)

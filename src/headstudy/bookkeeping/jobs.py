@@ -59,8 +59,8 @@ def in_queued_experiment() -> bool:
 def in_users_repository(folder: Path) -> Path:
     """`folder` where the user's repository has it. A DVC experiment from the queue, or one run
     with --temp, runs in a copy of the repository that DVC deletes afterwards, and names the
-    user's own repository in DVC_ROOT: what must outlive the experiment (its runs' store, a
-    killed training's resume checkpoints) goes to the same place in the user's repository."""
+    user's own repository in DVC_ROOT: what must outlive the experiment (its runs' store) goes
+    to the same place in the user's repository."""
     folder = Path(folder).absolute()
     user_repository = os.environ.get("DVC_ROOT")
     copy = next((above for above in (folder, *folder.parents) if (above / ".dvc").is_dir()), None)
