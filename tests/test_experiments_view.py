@@ -24,9 +24,9 @@ SHOWN = [{**revision("workspace", 3000, 18.7, 18.4, -1.6),
 
 def test_only_the_folders_study_its_changed_settings_and_per_token_changes_are_columns():
     frame = table(SHOWN)
-    assert list(frame.columns) == ["experiment", "trainer.max_steps", "ppl 1", "ppl 4", "4 vs 1 %"]
+    assert list(frame.columns) == ["experiment", "max_steps", "ppl 1", "ppl 4", "4 vs 1 %"]
     assert frame["experiment"].tolist() == ["workspace", "longer"]
-    assert frame["trainer.max_steps"].tolist() == ["3000", "6000"]
+    assert frame["max_steps"].tolist() == ["3000", "6000"]
     assert frame["4 vs 1 %"].tolist() == [-1.6, -2.2]
 
 

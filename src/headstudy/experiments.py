@@ -73,9 +73,12 @@ def table(shown: list[dict]) -> pd.DataFrame:
     comparisons = list(dict.fromkeys(name.removeprefix("change_pct/").removesuffix(COMPARISON_SUFFIX)
                                      for _, _, metrics in found for name in metrics
                                      if name.startswith("change_pct/") and name.endswith(COMPARISON_SUFFIX)))
+    # A setting by its last part (`max_steps`) where that names one of them: the table stays narrow.
+    last_parts = [key.rsplit(".", 1)[-1] for key in changed]
+    headers = {key: part if last_parts.count(part) == 1 else key for key, part in zip(changed, last_parts)}
     records = []
     for name, params, metrics in found:
-        record = {"experiment": name, **{key: params.get(key, "") for key in changed}}
+        record = {"experiment": name, **{headers[key]: params.get(key, "") for key in changed}}
         record.update({f"ppl {variant}": metrics.get(f"test_ppl/{variant}") for variant in variants})
         record.update({f"{pair.replace('_vs_', ' vs ')} %": metrics.get(f"change_pct/{pair}{COMPARISON_SUFFIX}")
                        for pair in comparisons})
