@@ -64,15 +64,18 @@ def rows(shown: list[dict]) -> list[tuple[str, dict, dict]]:
     return found
 
 
+def metric_names(found: list[tuple[str, dict, dict]], prefix: str, suffix: str = "") -> list[str]:
+    """What stands between prefix and suffix in the rows' metric names, in order of appearance."""
+    return list(dict.fromkeys(name.removeprefix(prefix).removesuffix(suffix) for _, _, metrics in found
+                              for name in metrics if name.startswith(prefix) and name.endswith(suffix)))
+
+
 def table(shown: list[dict]) -> pd.DataFrame:
     found = rows(shown)
     keys = sorted({key for _, params, _ in found for key in params if not key.startswith("report.")})
     changed = [key for key in keys if len({params.get(key) for _, params, _ in found}) > 1]
-    variants = list(dict.fromkeys(name.removeprefix("test_ppl/") for _, _, metrics in found
-                                  for name in metrics if name.startswith("test_ppl/")))
-    comparisons = list(dict.fromkeys(name.removeprefix("change_pct/").removesuffix(COMPARISON_SUFFIX)
-                                     for _, _, metrics in found for name in metrics
-                                     if name.startswith("change_pct/") and name.endswith(COMPARISON_SUFFIX)))
+    variants = metric_names(found, "test_ppl/")
+    comparisons = metric_names(found, "change_pct/", COMPARISON_SUFFIX)
     # A setting by its last part (`max_steps`) where that names one of them: the table stays narrow.
     last_parts = [key.rsplit(".", 1)[-1] for key in changed]
     headers = {key: part if last_parts.count(part) == 1 else key for key, part in zip(changed, last_parts)}
