@@ -19,7 +19,7 @@ from headstudy.settings.compose import compose_config
 from headstudy.bookkeeping.jobs import cores
 from headstudy.weights.training import build_trainer
 from headstudy.count import count
-from tinyproject import TINY, commit, make_project, ran_stages, run, runs
+from tinyproject import TINY, commit, environment, make_project, ran_stages, run, runs
 
 
 def decoder_parameters(vocab: int, context: int, width: int, layers: int, mlp: int) -> int:
@@ -174,11 +174,25 @@ def test_outputs_pushed_to_a_remote_and_pulled_into_a_fresh_clone_reproduce_noth
     assert (clone / "models/h1-s0/model.pt").read_bytes() == (reproduced / "models/h1-s0/model.pt").read_bytes()
 
 
-def queue_states(project: Path) -> list[str]:
-    """The last column of `dvc queue status`: Queued, Running, Success or Failed per experiment."""
+def start_queue(project: Path, jobs: int) -> None:
+    """`dvc queue start`, returning at once: its workers keep the output pipes they inherit open
+    until the queue is empty, so a captured run would wait for the whole queue."""
+    subprocess.run(["dvc", "queue", "start", "--jobs", str(jobs)], cwd=project, env=environment(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def queue_states(project: Path) -> dict[str, str]:
+    """`dvc queue status`: Queued, Running, Success or Failed by experiment name."""
     lines = run(project, "dvc", "queue", "status").stdout.splitlines()
     table = lines[1 : lines.index("")] if "" in lines else lines[1:]
-    return [line.split()[-1] for line in table]
+    return {line.split()[1]: line.split()[-1] for line in table}
+
+
+def wait_for_queue(project: Path, seconds: float = 600) -> None:
+    deadline = time.monotonic() + seconds
+    while {"Queued", "Running"} & set(queue_states(project).values()):
+        assert time.monotonic() < deadline, f"the queue did not finish within {seconds:.0f} s"
+        time.sleep(1)
 
 
 @pytest.mark.slow
@@ -189,15 +203,13 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
     for steps in (10, 30):
         run(reproduced, "dvc", "exp", "run", "--queue", "--name", f"steps{steps}", "-S", f"trainer.max_steps={steps}",
             "evaluate@1-0")
-    run(reproduced, "dvc", "queue", "start", "--jobs", "2")
-    deadline = time.monotonic() + 600
+    start_queue(reproduced, jobs=2)
     try:
-        while {"Queued", "Running"} & set(queue_states(reproduced)):
-            assert time.monotonic() < deadline, "the queue did not finish within 600 s"
-            time.sleep(2)
+        wait_for_queue(reproduced)
     finally:
         run(reproduced, "dvc", "queue", "stop", check=False)
-    assert queue_states(reproduced) == ["Success", "Success"], run(reproduced, "dvc", "queue", "logs", "steps10").stdout
+    assert queue_states(reproduced) == {"steps10": "Success", "steps30": "Success"}, \
+        run(reproduced, "dvc", "queue", "logs", "steps10").stdout
 
     # The training runs; each experiment also opened a parent run for its study execution.
     new = [r for r in runs(reproduced) if r.info.run_id not in before and "weights.sha256" in r.data.tags]
@@ -213,3 +225,37 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
         metrics = revision["data"]["metrics"]["metrics/h1-s0.json"]["data"]
         assert metrics["test_ppl"] == tracked.data.metrics["test/ppl"]
 
+
+@pytest.mark.slow
+def test_a_killed_queued_training_resumes_from_the_users_checkpoints_and_its_study_run_is_stopped(reproduced):
+    long_run = ["-S", "trainer.max_steps=1500", "-S", "trainer.val_every_steps=10", "train@1-0"]
+    run(reproduced, "dvc", "exp", "run", "--queue", "--name", "killed", *long_run)
+    start_queue(reproduced, jobs=1)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((reproduced / "checkpoints").glob("queued-*/h1-s0-*/last.ckpt")):
+            assert {"Queued", "Running"} & set(queue_states(reproduced).values()), \
+                run(reproduced, "dvc", "queue", "logs", "killed").stdout[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint in the project's checkpoints/ within 300 s"
+            time.sleep(0.2)
+        run(reproduced, "dvc", "queue", "kill", "killed")
+        wait_for_queue(reproduced)
+        [resume_state] = (reproduced / "checkpoints").glob("queued-*/h1-s0-*/last.ckpt")  # outlived DVC's copy
+
+        run(reproduced, "dvc", "exp", "run", "--queue", "--name", "resumed", *long_run)
+        start_queue(reproduced, jobs=1)
+        wait_for_queue(reproduced)
+    finally:
+        run(reproduced, "dvc", "queue", "stop", check=False)
+    states = queue_states(reproduced)
+    assert (states["killed"], states["resumed"]) == ("Failed", "Success")
+    assert "train: resuming h1-s0" in run(reproduced, "dvc", "queue", "logs", "resumed").stdout
+    assert not resume_state.exists()  # a finished training removes its resume state
+
+    study_runs = {r.data.tags.get("dvc.exp_name"): r for r in runs(reproduced) if "study.state" in r.data.tags}
+    killed = study_runs["killed"]
+    assert (killed.info.status, killed.data.tags["study.state"]) == ("KILLED", "stopped")
+    [trained] = [r for r in runs(reproduced)
+                 if "study.state" not in r.data.tags and r.data.params["trainer.max_steps"] == "1500"]
+    assert trained.info.status == "FINISHED" and trained.data.tags["mlflow.parentRunId"] == killed.info.run_id
+    assert not [r for r in runs(reproduced) if r.info.status == "RUNNING"]

@@ -156,6 +156,10 @@ def main(argv: list[str] | None = None) -> None:
             print(OmegaConf.to_yaml(compose_config(rest)), end="")
         elif command in STAGES:
             config = load_config(command, rest)
+            if command == "train":
+                from headstudy.bookkeeping.jobs import outliving_checkpoints
+
+                config.paths.checkpoints = str(outliving_checkpoints(config))
             importlib.import_module(f"headstudy.{command}").main(config)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)

@@ -69,6 +69,21 @@ def in_users_repository(folder: Path) -> Path:
     return Path(user_repository).resolve() / folder.relative_to(copy)
 
 
+def outliving_checkpoints(config) -> Path:
+    """Where a training keeps its resume state: paths.checkpoints, except in a queued experiment.
+    DVC deletes the copy a queued experiment ran in, so its trainings keep their resume state in
+    the user's repository, one folder per training settings (queued-DIGEST): a killed experiment,
+    queued again, resumes there, and experiments running side by side that train the same model
+    with other settings never touch each other's (a training discards its model's resume states
+    under other settings in its folder)."""
+    folder = Path(config.paths.checkpoints)
+    if not in_queued_experiment():
+        return folder
+    from headstudy.formats.runconfig import config_digest
+
+    return in_users_repository(folder) / f"queued-{config_digest(config)}"
+
+
 def torch_threads(requested: int) -> int:
     """`requested` (the config's `threads`), or fewer in a queued experiment: the cores divided
     among the queue's running jobs, so that they never ask for more threads than there are cores."""

@@ -665,8 +665,19 @@ def open_study_run() -> str:
 
 
 def leave_study_run(run_id: str) -> None:
-    """Nothing of the study runs now: the parent is FINISHED until the next stage reopens it."""
-    client().set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+    """Nothing of the study runs now: the parent is FINISHED until the next stage reopens it, or
+    FAILED or KILLED when the stage stops on an error or an interrupt (this runs in its `finally`).
+    A stopped DVC experiment is never continued: a rerun is another experiment, and a queued one
+    ran in a copy that DVC has deleted. So its study run is marked `stopped`, no longer open."""
+    stopped = sys.exc_info()[1]
+    if stopped is None:
+        status = RunStatus.FINISHED
+    else:
+        status = RunStatus.KILLED if isinstance(stopped, (KeyboardInterrupt, SystemExit)) else RunStatus.FAILED
+    mlflow_client = client()
+    if stopped is not None and dvc_experiment():
+        mlflow_client.set_tag(run_id, STUDY_STATE, "stopped")
+    mlflow_client.set_terminated(run_id, RunStatus.to_string(status))
 
 
 def log_study_report(artifacts: list[Path], summary: dict) -> str:
