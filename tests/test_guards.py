@@ -396,3 +396,38 @@ def test_a_second_identical_training_is_refused_while_the_first_runs(work):
         first.terminate()
         first.wait(timeout=60)
     assert_no_run_running(work)
+
+
+def in_a_full_disk(work: Path, folder: str, command: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`command` by hand in a mount namespace of its own where work/folder is a 48 KiB tmpfs (less
+    than a tiny model), and what the folder held when it ended (the namespace takes it away)."""
+    (work / folder).mkdir(exist_ok=True)
+    listing = work / f"{folder}.listing"
+    script = f'mount -t tmpfs -o size=48k tmpfs {folder} || exit 77; "$@"; status=$?; find {folder} > {listing}; exit $status'
+    env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
+    env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"})
+    result = subprocess.run(["unshare", "--mount", "sh", "-c", script, "sh", *command], cwd=work, env=env,
+                            capture_output=True, text=True)
+    if result.returncode == 77 or not listing.is_file():
+        pytest.skip(f"no mount namespace with a tmpfs here: {result.stderr.strip()[:200]}")
+    return result, listing.read_text().split()
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_writing_the_model_leaves_no_staging_and_the_rerun_only_writes_it(work):
+    training = ["headstudy", "train", *DATA, *TINY, "seed=70", "paths.models=full/models"]
+    result, listing = in_a_full_disk(work, "full", training)
+    assert_refused(result, "train", "writing the model to full/models/h1-s70 failed", "bytes free")
+    assert listing == ["full", "full/models"]  # no full/models/h1-s70.partial
+    [failed] = [run for run in runs(work) if run.info.run_name == "h1-s70"]
+    assert failed.info.status == "FAILED"  # not FINISHED without a model
+
+    rerun = headstudy(work, *training[1:])
+    assert rerun.returncode == 0, rerun.stderr
+    assert "resuming h1-s70" in rerun.stdout
+    [finished] = [run for run in runs(work) if run.info.run_name == "h1-s70"]
+    assert finished.info.status == "FINISHED" and finished.info.run_id == failed.info.run_id
+    assert all(math.isfinite(value) for value in finished.data.metrics.values())  # no speed of 0 steps
+    assert finished.data.tags["weights.sha256"] == json.loads((work / "full/models/h1-s70/run.json").read_text())[
+        "weights_sha256"]
+    assert_nothing_half_written(work / "full")

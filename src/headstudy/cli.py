@@ -157,10 +157,14 @@ def main(argv: list[str] | None = None) -> None:
         elif command in STAGES:
             config = load_config(command, rest)
             if command == "train":
+                from headstudy.bookkeeping.guards import no_half_written_model
                 from headstudy.bookkeeping.jobs import outliving_checkpoints
 
                 config.paths.checkpoints = str(outliving_checkpoints(config))
-            importlib.import_module(f"headstudy.{command}").main(config)
+                with no_half_written_model(Path(config.paths.models) / config.name):
+                    importlib.import_module("headstudy.train").main(config)
+            else:
+                importlib.import_module(f"headstudy.{command}").main(config)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)
     except ConfigError as error:

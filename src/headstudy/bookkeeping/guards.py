@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from headstudy.formats.errors import ConfigError
+from headstudy.formats.errors import ConfigError, first_line
 from headstudy.settings.compose import project_root
 
 # The folders dvc.yaml writes, under the project root and under every studies/NAME folder.
@@ -70,6 +71,33 @@ def only_training_of(resume_folder: Path) -> Iterator[None]:
                               "locked): wait for it to finish") from None
         try:
             yield
+        except BaseException:
+            run_id_file = Path(resume_folder) / "mlflow_run_id"
+            if run_id_file.is_file():
+                from headstudy.bookkeeping import tracking
+
+                # Lightning ends a completed fit's run FINISHED; what failed after it (writing the
+                # model, logging it) must not leave a run that looks done.
+                tracking.mark_failed_if_finished(run_id_file.read_text().strip())
+            raise
         finally:
             lock.unlink(missing_ok=True)  # no waiter can hold it: a second training is refused, not queued
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def no_half_written_model(model_folder: Path) -> Iterator[None]:
+    """A training that fails while writing its model (a full disk) leaves no staging folder
+    (MODEL.partial) behind, and says so in one line. Its resume state is kept, so the same
+    command, once there is space, only writes the model."""
+    staging = Path(model_folder).with_name(Path(model_folder).name + ".partial")
+    try:
+        yield
+    except Exception as error:
+        if not staging.exists():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        free = shutil.disk_usage(staging.parent).free
+        raise ConfigError(f"writing the model to {model_folder} failed ({first_line(error)}; {free:,} bytes free "
+                          "there): free some space and run the same command, which resumes from the last "
+                          "checkpoint and only writes the model") from None

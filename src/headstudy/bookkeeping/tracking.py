@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import platform
 import socket
@@ -702,8 +703,10 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
 
 
 def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+    """NaN is what was not measured (the speed of a resumed training with no step left): not logged."""
     now = int(time.time() * 1000)
-    client().log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+    measured = {key: float(value) for key, value in metrics.items() if not math.isnan(float(value))}
+    client().log_batch(run_id, metrics=[Metric(key, value, now, step) for key, value in measured.items()])
 
 
 def set_tags(run_id: str, tags: dict[str, str]) -> None:
@@ -724,6 +727,16 @@ def mark_killed(run_id: str) -> None:
         return
     if run.info.status == RunStatus.to_string(RunStatus.RUNNING):
         mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+
+
+def mark_failed_if_finished(run_id: str) -> None:
+    mlflow_client = client()
+    try:
+        run = mlflow_client.get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        return
+    if run.info.status == RunStatus.to_string(RunStatus.FINISHED):
+        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
 
 
 def get_run(run_id: str):
