@@ -214,7 +214,7 @@ def test_a_quick_experiment_leaves_the_committed_results_untouched(project):
     the committed study, and the experiment is listed by `dvc exp show`."""
     run(project, "git", "add", "-A")
     run(project, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results")
-    run(project, "dvc", "exp", "run", "--temp", "-n", "quick", "-S", "trainer.max_steps=50")
+    run(project, "dvc", "exp", "run", "--temp", "-n", "quick", "-S", "study.variants=[1]", "-S", "trainer.max_steps=50")
     assert run(project, "git", "status", "--porcelain").stdout == ""
     assert "quick" in run(project, "dvc", "exp", "list", "--name-only").stdout.split()
     quick = [r for r in runs(project) if r.data.tags.get("dvc.exp_name") == "quick"]

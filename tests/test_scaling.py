@@ -228,16 +228,19 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
 
 @pytest.mark.slow
 def test_a_killed_queued_training_resumes_from_the_users_checkpoints_and_its_study_run_is_stopped(reproduced):
-    long_run = ["-S", "trainer.max_steps=1500", "-S", "trainer.val_every_steps=10", "train@1-0"]
+    # Long enough to be killed after its first checkpoint (step 10) and well before its end.
+    long_run = ["-S", "trainer.max_steps=400", "-S", "trainer.val_every_steps=10", "-S", "threads=1", "train@1-0"]
     run(reproduced, "dvc", "exp", "run", "--queue", "--name", "killed", *long_run)
     start_queue(reproduced, jobs=1)
     try:
-        deadline = time.monotonic() + 300
+        deadline, next_look = time.monotonic() + 300, time.monotonic()
         while not list((reproduced / "checkpoints").glob("queued-*/h1-s0-*/last.ckpt")):
-            assert {"Queued", "Running"} & set(queue_states(reproduced).values()), \
-                run(reproduced, "dvc", "queue", "logs", "killed").stdout[-3000:]
             assert time.monotonic() < deadline, "no checkpoint in the project's checkpoints/ within 300 s"
-            time.sleep(0.2)
+            if time.monotonic() > next_look:  # `dvc queue status` takes a second or two
+                assert {"Queued", "Running"} & set(queue_states(reproduced).values()), \
+                    run(reproduced, "dvc", "queue", "logs", "killed").stdout[-3000:]
+                next_look = time.monotonic() + 5
+            time.sleep(0.1)
         run(reproduced, "dvc", "queue", "kill", "killed")
         wait_for_queue(reproduced)
         [resume_state] = (reproduced / "checkpoints").glob("queued-*/h1-s0-*/last.ckpt")  # outlived DVC's copy
@@ -256,6 +259,6 @@ def test_a_killed_queued_training_resumes_from_the_users_checkpoints_and_its_stu
     killed = study_runs["killed"]
     assert (killed.info.status, killed.data.tags["study.state"]) == ("KILLED", "stopped")
     [trained] = [r for r in runs(reproduced)
-                 if "study.state" not in r.data.tags and r.data.params["trainer.max_steps"] == "1500"]
+                 if "study.state" not in r.data.tags and r.data.params["trainer.max_steps"] == "400"]
     assert trained.info.status == "FINISHED" and trained.data.tags["mlflow.parentRunId"] == killed.info.run_id
     assert not [r for r in runs(reproduced) if r.info.status == "RUNNING"]
