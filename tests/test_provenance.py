@@ -9,7 +9,7 @@ import yaml
 
 from headstudy.formats.runconfig import config_digest
 from headstudy.settings.compose import compose_config
-from headstudy.bookkeeping.tracking import dvc_locked_md5
+from headstudy.bookkeeping.provenance import dvc_locked_md5
 
 
 @pytest.mark.parametrize("override", ["threads=1", "inspect.batch_size=3", "paths.reports=elsewhere",

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from headstudy.bookkeeping import tracking
+from headstudy.bookkeeping import provenance, tracking
 from headstudy.formats.errors import ConfigError, first_line
 from headstudy.formats.prepared import TOKENIZER_FILE, prepared_digest, sha256_file
 from headstudy.settings.compose import validate
@@ -59,7 +59,7 @@ def reproducible_run(run_id: str):
 
 
 def environment_differences(run) -> dict[str, tuple[str, str]]:
-    now = tracking.environment()
+    now = provenance.environment()
     return {
         key: (run.data.tags.get(key, "unrecorded"), value)
         for key, value in now.items()
