@@ -91,13 +91,24 @@ def no_half_written_model(model_folder: Path) -> Iterator[None]:
     (MODEL.partial) behind, and says so in one line. Its resume state is kept, so the same
     command, once there is space, only writes the model."""
     staging = Path(model_folder).with_name(Path(model_folder).name + ".partial")
+    before = folder_identity(staging)  # a leftover of an earlier kill is not this training's write
     try:
         yield
-    except Exception as error:
-        if not staging.exists():
+    except BaseException as error:
+        if folder_identity(staging) in (None, before):
             raise
         shutil.rmtree(staging, ignore_errors=True)
+        if not isinstance(error, Exception):  # an interrupt stays one
+            raise
         free = shutil.disk_usage(staging.parent).free
         raise ConfigError(f"writing the model to {model_folder} failed ({first_line(error)}; {free:,} bytes free "
-                          "there): free some space and run the same command, which resumes from the last "
-                          "checkpoint and only writes the model") from None
+                          "there): once it can be written, the same command resumes from the last checkpoint "
+                          "and only writes the model") from None
+
+
+def folder_identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        status = folder.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_ino, status.st_mtime_ns
