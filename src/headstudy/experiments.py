@@ -15,6 +15,7 @@ import sys
 import pandas as pd
 
 from headstudy.analysis.headline import numeric_leaves
+from headstudy.bookkeeping.provenance import flatten
 from headstudy.formats.errors import ConfigError
 
 PARAMS = "params.yaml"
@@ -33,10 +34,6 @@ def shown_experiments(options: list[str]) -> list[dict]:
     return json.loads(result.stdout or "[]")
 
 
-def flat_params(tree, prefix: str = "") -> dict[str, str]:
-    if isinstance(tree, dict):
-        return {key: value for name, child in tree.items() for key, value in flat_params(child, f"{prefix}{name}.").items()}
-    return {prefix[:-1]: json.dumps(tree) if isinstance(tree, (list, dict)) else str(tree)}
 
 
 def study_data(entry: dict) -> tuple[dict, dict]:
@@ -44,7 +41,7 @@ def study_data(entry: dict) -> tuple[dict, dict]:
     data = entry.get("data") or {}
     params = ((data.get("params") or {}).get(PARAMS) or {}).get("data") or {}
     metrics = ((data.get("metrics") or {}).get(METRICS) or {}).get("data") or {}
-    return flat_params(params), numeric_leaves(metrics)
+    return flatten(params), numeric_leaves(metrics)
 
 
 def short(revision: str) -> str:

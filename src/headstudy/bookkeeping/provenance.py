@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
+from omegaconf import DictConfig, OmegaConf
 
 PARAMS_FILE = "params.yaml"
 
@@ -141,3 +142,21 @@ def dvc_locked_md5(prepared: Path) -> str:
         if (folder / ".dvc").is_dir():  # the repository's root: no pipeline above it
             break
     return "none"
+
+
+def flatten(tree) -> dict[str, str]:
+    """A config, or any nested dict such as params.yaml, as `model.n_heads`-style keys: the params
+    of a run, and the settings `headstudy experiments` compares."""
+    if isinstance(tree, DictConfig):
+        tree = OmegaConf.to_container(tree, resolve=True)
+    flat: dict[str, str] = {}
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            flat[prefix[:-1]] = str(node)
+
+    walk(tree, "")
+    return flat

@@ -34,11 +34,11 @@ import yaml
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from headstudy.bookkeeping.jobs import in_users_repository
-from headstudy.bookkeeping.provenance import (PARAMS_FILE, dvc_experiment, environment, git_state, in_pipeline,
-                                              installed_packages, study_folder_name, study_identity)
+from headstudy.bookkeeping.provenance import (PARAMS_FILE, dvc_experiment, environment, flatten, git_state,
+                                              in_pipeline, installed_packages, study_folder_name, study_identity)
 # train.py asks tracking for the data's md5 in dvc.lock, with what it logs.
 from headstudy.bookkeeping.provenance import dvc_locked_md5  # noqa: F401
 
@@ -317,21 +317,6 @@ def ui_url(run_id: str | None = None) -> str:
             f"?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}")
 
 
-def flatten(tree) -> dict[str, str]:
-    """A config, or any nested dict, as `model.n_heads`-style keys."""
-    if isinstance(tree, DictConfig):
-        tree = OmegaConf.to_container(tree, resolve=True)
-    flat: dict[str, str] = {}
-
-    def walk(node, prefix: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, f"{prefix}{key}.")
-        else:
-            flat[prefix[:-1]] = str(node)
-
-    walk(tree, "")
-    return flat
 
 
 def training_params(config: DictConfig) -> dict[str, str]:
