@@ -49,7 +49,6 @@ EXPERIMENT = "headstudy"
 # Runs that belong to no study: trainings by hand (no DVC_STAGE) and `headstudy reproduce`.
 BY_HAND_EXPERIMENT = "headstudy-by-hand"
 DEFAULT_STORE = "mlflow.db"
-# Config groups that shape later stages, not a training: kept out of a training run's params.
 
 EXPERIMENT_TAGS = {
     # MLflow 3's kind for classic model training (the UI's "Model training"), as the UI's own
@@ -315,8 +314,6 @@ def ui_url(run_id: str | None = None) -> str:
     experiment = experiment_id()
     return (f"{UI_ADDRESS}/#/experiments/{experiment}/runs"
             f"?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}")
-
-
 
 
 def training_params(config: DictConfig) -> dict[str, str]:
