@@ -442,3 +442,14 @@ def test_an_interrupted_training_is_marked_killed_not_failed(tracked, interrupti
     [run] = [run for run in runs_of(folder) if run.info.run_name == f"h1-s{seed}"]
     assert run.info.status == "KILLED"
     assert list((folder / "checkpoints").glob(f"h1-s{seed}-*/last.ckpt"))  # resumable
+
+
+def test_an_interrupt_within_a_store_write_comes_after_the_write():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with tracking.interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the write begins
+            time.sleep(0.2)  # the write goes on: a Python handler would have run by now
+            done.append("written")
+    assert done == ["written"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

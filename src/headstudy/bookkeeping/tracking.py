@@ -16,9 +16,11 @@ import hashlib
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -323,6 +325,25 @@ def training_params(config: DictConfig) -> dict[str, str]:
     return flatten(training_section(config))
 
 
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C or SIGTERM within a write to the store would leave its SQLite transaction open, and
+    the run could then not be closed ("database is locked"): such a signal waits for the write."""
+    deferred = [number for number in (signal.SIGINT, signal.SIGTERM) if callable(signal.getsignal(number))]
+    if threading.current_thread() is not threading.main_thread() or not deferred:
+        yield
+        return
+    caught: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: caught.append(number)) for number in deferred}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 def training_logger(run_id: str | None, run_name: str, parent_run_id: str | None = None):
     """Lightning's MLflow logger on our store; with run_id it continues that run, otherwise it
     starts one nested under parent_run_id (in the studies' experiment, as its parent is), or
@@ -333,7 +354,12 @@ def training_logger(run_id: str | None, run_name: str, parent_run_id: str | None
     class TrainingLogger(MLFlowLogger):
         def log_metrics(self, metrics, step=None):
             # Lightning adds `epoch`, which here counts validation intervals: noise in the run.
-            super().log_metrics({key: value for key, value in metrics.items() if key != "epoch"}, step)
+            with interrupts_deferred():
+                super().log_metrics({key: value for key, value in metrics.items() if key != "epoch"}, step)
+
+        def log_hyperparams(self, params) -> None:
+            with interrupts_deferred():
+                super().log_hyperparams(params)
 
         def finalize(self, status: str = "success") -> None:
             # Lightning ends every interrupted fit with finalize("failed"), Ctrl-C and a SIGTERM
