@@ -403,7 +403,8 @@ def in_a_full_disk(work: Path, folder: str, command: list[str]) -> tuple[subproc
     than a tiny model), and what the folder held when it ended (the namespace takes it away)."""
     (work / folder).mkdir(exist_ok=True)
     listing = work / f"{folder}.listing"
-    script = f'mount -t tmpfs -o size=48k tmpfs {folder} || exit 77; "$@"; status=$?; find {folder} > {listing}; exit $status'
+    script = (f'mount -t tmpfs -o size=48k tmpfs {folder} || exit 77; '
+              f'"$@"; status=$?; find {folder} > {listing}; exit $status')
     env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
     env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"})
     result = subprocess.run(["unshare", "--mount", "sh", "-c", script, "sh", *command], cwd=work, env=env,
