@@ -34,8 +34,6 @@ def shown_experiments(options: list[str]) -> list[dict]:
     return json.loads(result.stdout or "[]")
 
 
-
-
 def study_data(entry: dict) -> tuple[dict, dict]:
     """One row's params of params.yaml (flat) and numbers of reports/metrics.json."""
     data = entry.get("data") or {}

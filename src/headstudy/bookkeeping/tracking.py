@@ -619,23 +619,22 @@ def log_artifact(run_id: str, path: Path, folder: str | None = None) -> None:
 def mark_killed(run_id: str) -> None:
     """A run whose process died without saying so, or was interrupted: never leave it RUNNING.
     (An interrupted fit's logger has already ended its run KILLED: see training_logger.)"""
-    mlflow_client = client()
-    try:
-        run = mlflow_client.get_run(run_id)
-    except mlflow.exceptions.MlflowException:
-        return
-    if run.info.status == RunStatus.to_string(RunStatus.RUNNING):
-        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+    change_status(run_id, RunStatus.RUNNING, RunStatus.KILLED)
 
 
 def mark_failed_if_finished(run_id: str) -> None:
+    change_status(run_id, RunStatus.FINISHED, RunStatus.FAILED)
+
+
+def change_status(run_id: str, was: int, becomes: int) -> None:
+    """The run ends with status `becomes` if its status is `was`; a run not in the store is left alone."""
     mlflow_client = client()
     try:
         run = mlflow_client.get_run(run_id)
     except mlflow.exceptions.MlflowException:
         return
-    if run.info.status == RunStatus.to_string(RunStatus.FINISHED):
-        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+    if run.info.status == RunStatus.to_string(was):
+        mlflow_client.set_terminated(run_id, RunStatus.to_string(becomes))
 
 
 def get_run(run_id: str):
