@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from throughput import plain_loop, stage_trainer, timed_run
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -25,8 +26,6 @@ from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import MLP, CausalSelfAttention, Decoder, next_token_loss
 from headstudy.weights.training import LanguageModelModule, TrainingBatches
-
-from throughput import plain_loop, stage_trainer, timed_run
 
 PARTS = {CausalSelfAttention: "attention", MLP: "mlp", nn.RMSNorm: "norms"}
 
@@ -60,8 +59,9 @@ def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
     label_parts(model)
     setup = LanguageModelModule(model, config.optimizer, warmup + steps).configure_optimizers()
     optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]
-    batches = TrainingBatches(load_tokens(Path(config.paths.prepared), "train"),
-                              config.data.batch_size, config.model.context, config.seed)
+    batches = TrainingBatches(
+        load_tokens(Path(config.paths.prepared), "train"), config.data.batch_size, config.model.context, config.seed
+    )
 
     def step(k: int) -> None:
         with record_function("step"):
@@ -106,7 +106,9 @@ def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warmup", type=int, default=10, help="unprofiled (and, for the overhead, untimed) steps first")
+    parser.add_argument(
+        "--warmup", type=int, default=10, help="unprofiled (and, for the overhead, untimed) steps first"
+    )
     parser.add_argument("--steps", type=int, default=5, help="profiled steps, averaged")
     parser.add_argument("--timed-steps", type=int, default=100, help="steps of each loop for the Lightning overhead")
     args, overrides = parser.parse_known_args()
@@ -117,9 +119,11 @@ def main() -> None:
         torch.set_num_threads(config.threads)
         ms = profiled_steps(config, args.warmup, args.steps)
         step_ms = ms["step"]
-        print(f"\n{heads} head{'s' if heads > 1 else ''}: one training step under the profiler, "
-              f"{step_ms:.2f} ms (batch {config.data.batch_size} x {config.model.context}, "
-              f"{config.threads} threads)")
+        print(
+            f"\n{heads} head{'s' if heads > 1 else ''}: one training step under the profiler, "
+            f"{step_ms:.2f} ms (batch {config.data.batch_size} x {config.model.context}, "
+            f"{config.threads} threads)"
+        )
         for name, value in breakdown(ms):
             print(f"  {name:<52} {value:8.2f} ms  {value / step_ms:6.1%}")
 
@@ -128,9 +132,11 @@ def main() -> None:
             os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/profile.db"
             plain = 1e3 * tokens_per_step / plain_loop(config, args.timed_steps, args.warmup)
             stage = 1e3 * tokens_per_step / stage_trainer(config, args.timed_steps, args.warmup)
-        print(f"  Lightning overhead: stage {stage:.2f} ms - plain loop {plain:.2f} ms = "
-              f"{stage - plain:+.2f} ms per step ({(stage - plain) / plain:+.1%}), "
-              f"{args.timed_steps - args.warmup} steps each after {args.warmup} untimed, no profiler")
+        print(
+            f"  Lightning overhead: stage {stage:.2f} ms - plain loop {plain:.2f} ms = "
+            f"{stage - plain:+.2f} ms per step ({(stage - plain) / plain:+.1%}), "
+            f"{args.timed_steps - args.warmup} steps each after {args.warmup} untimed, no profiler"
+        )
 
 
 if __name__ == "__main__":

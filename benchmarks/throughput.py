@@ -38,8 +38,13 @@ from headstudy.bookkeeping.progress import StepProgressBar, Throughput
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import Decoder, next_token_loss
-from headstudy.weights.training import (LanguageModelModule, TokenDataModule, TrainingBatches, build_trainer,
-                                        loss_logging_interval)
+from headstudy.weights.training import (
+    LanguageModelModule,
+    TokenDataModule,
+    TrainingBatches,
+    build_trainer,
+    loss_logging_interval,
+)
 
 HEAD_COUNTS = (1, 4)
 COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -63,7 +68,8 @@ def training_flops(config) -> dict[str, int]:
 
 def device_of(config) -> torch.device:
     wants_gpu = config.trainer.accelerator in ("gpu", "cuda") or (
-        config.trainer.accelerator == "auto" and torch.cuda.is_available())
+        config.trainer.accelerator == "auto" and torch.cuda.is_available()
+    )
     return torch.device("cuda" if wants_gpu else "cpu")
 
 
@@ -96,8 +102,9 @@ def plain_loop(config, steps: int, warmup: int) -> float:
         model.compile()
     setup = LanguageModelModule(model, config.optimizer, steps).configure_optimizers()
     optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]
-    batches = TrainingBatches(load_tokens(Path(config.paths.prepared), "train"),
-                              config.data.batch_size, config.model.context, config.seed)
+    batches = TrainingBatches(
+        load_tokens(Path(config.paths.prepared), "train"), config.data.batch_size, config.model.context, config.seed
+    )
     dtype = COMPUTE_DTYPES.get(str(config.trainer.precision))
     autocast = torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
     for step in range(steps):
@@ -139,8 +146,14 @@ def stage_trainer(config, steps: int, warmup: int) -> float:
 
     torch.manual_seed(config.seed)
     module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, steps, config.trainer.compile)
-    datamodule = TokenDataModule(config.paths.prepared, config.data.batch_size,
-                                 config.model.context, config.seed, config.trainer.val_every_steps)
+    datamodule = TokenDataModule(
+        load_tokens(config.paths.prepared, "train"),
+        load_tokens(config.paths.prepared, "valid"),
+        config.data.batch_size,
+        config.model.context,
+        config.seed,
+        config.trainer.val_every_steps,
+    )
     throughput, clock = Throughput(config.data.batch_size * config.model.context), StepClock(warmup, device_of(config))
     trainer = build_trainer(config, [throughput, StepProgressBar(throughput), clock])
     trainer.logger = tracking.training_logger(None, "throughput-benchmark")
@@ -153,8 +166,11 @@ def timed_run(steps: int) -> list[str]:
     the last timed step, and the loss sent to MLflow as often as in the default study's
     trainings (one write takes about 10 ms here), not 50 times in a few hundred steps."""
     study_interval = loss_logging_interval(compose_config([]).trainer)  # conf/ with the study's params.yaml
-    return [f"trainer.max_steps={steps}", f"trainer.val_every_steps={steps}",
-            f"trainer.loss_points={max(1, steps // study_interval)}"]
+    return [
+        f"trainer.max_steps={steps}",
+        f"trainer.val_every_steps={steps}",
+        f"trainer.loss_points={max(1, steps // study_interval)}",
+    ]
 
 
 def benchmark(config, steps: int, warmup: int, rounds: int) -> dict:
@@ -176,8 +192,9 @@ def main() -> None:
     args, overrides = parser.parse_known_args()
     if not 0 <= args.warmup < args.steps:
         parser.error(f"--warmup={args.warmup} must be at least 0 and fewer than --steps={args.steps}")
-    configs = {heads: compose_config([*overrides, *timed_run(args.steps), f"model.n_heads={heads}"])
-               for heads in HEAD_COUNTS}
+    configs = {
+        heads: compose_config([*overrides, *timed_run(args.steps), f"model.n_heads={heads}"]) for heads in HEAD_COUNTS
+    }
     first = configs[HEAD_COUNTS[0]]
     torch.set_num_threads(first.threads)
     device = device_of(first)
@@ -197,31 +214,49 @@ def main() -> None:
         flops = training_flops(configs[heads])
         medians = {loop: statistics.median(values) for loop, values in results.items()}
         # Round by round: the two runs of a round saw the same machine, a minute apart.
-        ratios = [stage / plain for stage, plain in zip(results["stage"], results["plain"])]
-        models.append({
-            "heads": heads,
-            "flops_per_token": flops,
-            "tokens_per_sec": {loop: [round(v) for v in values] for loop, values in results.items()},
-            "stage_over_plain": {"rounds": [round(r, 3) for r in ratios], "median": round(statistics.median(ratios), 3)},
-            "mfu": {loop: round(median * flops["total"] / peak, 3) for loop, median in medians.items()},
-        })
-    print(json.dumps({
-        "device": torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {first.threads} threads",
-        "precision": str(first.trainer.precision),
-        "batch": [first.data.batch_size, first.model.context],
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "rounds": args.rounds,
-        "matmul_peak_gflops": {"size": size, "before": round(peaks[0] / 1e9, 1), "after": round(peaks[1] / 1e9, 1)},
-        "models": models,
-    }, indent=2))
-    print("\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain, by round | median | MFU plain | MFU stage |")
+        ratios = [stage / plain for stage, plain in zip(results["stage"], results["plain"], strict=False)]
+        models.append(
+            {
+                "heads": heads,
+                "flops_per_token": flops,
+                "tokens_per_sec": {loop: [round(v) for v in values] for loop, values in results.items()},
+                "stage_over_plain": {
+                    "rounds": [round(r, 3) for r in ratios],
+                    "median": round(statistics.median(ratios), 3),
+                },
+                "mfu": {loop: round(median * flops["total"] / peak, 3) for loop, median in medians.items()},
+            }
+        )
+    print(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {first.threads} threads",
+                "precision": str(first.trainer.precision),
+                "batch": [first.data.batch_size, first.model.context],
+                "steps": args.steps,
+                "warmup": args.warmup,
+                "rounds": args.rounds,
+                "matmul_peak_gflops": {
+                    "size": size,
+                    "before": round(peaks[0] / 1e9, 1),
+                    "after": round(peaks[1] / 1e9, 1),
+                },
+                "models": models,
+            },
+            indent=2,
+        )
+    )
+    print(
+        "\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain, by round | median | MFU plain | MFU stage |"
+    )
     print("|---|---|---|---|---|---|---|")
     for row in models:
         tokens, ratio = row["tokens_per_sec"], row["stage_over_plain"]
-        print(f"| {row['heads']} | {', '.join(f'{v:,}' for v in tokens['plain'])} "
-              f"| {', '.join(f'{v:,}' for v in tokens['stage'])} | {', '.join(f'{r:.3f}' for r in ratio['rounds'])} "
-              f"| {ratio['median']:.3f} | {row['mfu']['plain']:.0%} | {row['mfu']['stage']:.0%} |")
+        print(
+            f"| {row['heads']} | {', '.join(f'{v:,}' for v in tokens['plain'])} "
+            f"| {', '.join(f'{v:,}' for v in tokens['stage'])} | {', '.join(f'{r:.3f}' for r in ratio['rounds'])} "
+            f"| {ratio['median']:.3f} | {row['mfu']['plain']:.0%} | {row['mfu']['stage']:.0%} |"
+        )
 
 
 if __name__ == "__main__":

@@ -45,8 +45,9 @@ def check_page(html: Path, scratch: Path, width: int = 1280) -> dict:
     """Load a copy of the page with the check script added; what the script found."""
     checked = scratch / f"checked-{html.name}"
     checked.write_text(html.read_text().replace("</body>", CHECK + "</body>"))
-    dom = run_chromium(f"--window-size={width},900", "--virtual-time-budget=10000", "--dump-dom",
-                       checked.as_uri()).stdout
+    dom = run_chromium(
+        f"--window-size={width},900", "--virtual-time-budget=10000", "--dump-dom", checked.as_uri()
+    ).stdout
     match = re.search(r"data-check=\"([^\"]*)\"", dom)
     assert match, "the check script did not run"
     return json.loads(match.group(1).replace("&quot;", '"'))

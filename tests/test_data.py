@@ -3,11 +3,11 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from headstudy.formats.errors import ConfigError
-from headstudy.settings.compose import compose_config
+from headstudy.common.errors import ConfigError
 from headstudy.formats.prepared import load_stats, load_tokens
-from headstudy.weights.batches import stream_batches, training_batch
 from headstudy.prepare import prepare
+from headstudy.settings.compose import compose_config
+from headstudy.weights.batches import stream_batches, training_batch
 
 SENTENCES = [
     "the cat sat on the mat",
@@ -27,11 +27,19 @@ def write_corpus(folder, count=200):
 
 
 def prepare_text_folder(tmp_path, *extra):
-    return prepare(compose_config([
-        "data=textdir", f"data.dir={tmp_path / 'corpus'}", "data.vocab_size=300",
-        f"paths.prepared={tmp_path / 'prepared'}", "data.valid_fraction=0.1",
-        "data.test_fraction=0.1", *extra,
-    ]))
+    return prepare(
+        compose_config(
+            [
+                "data=textdir",
+                f"data.dir={tmp_path / 'corpus'}",
+                "data.vocab_size=300",
+                f"paths.prepared={tmp_path / 'prepared'}",
+                "data.valid_fraction=0.1",
+                "data.test_fraction=0.1",
+                *extra,
+            ]
+        )
+    )
 
 
 def test_text_folder_round_trips_through_tokenizer_and_token_files(in_project, tmp_path):
@@ -65,7 +73,7 @@ def test_training_batch_is_a_pure_function_of_seed_and_step():
     tokens = np.arange(10_000, dtype=np.uint16)
     first = training_batch(tokens, 4, 16, seed=3, step=7)
     again = training_batch(tokens, 4, 16, seed=3, step=7)
-    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=False))
     assert not torch.equal(first[0], training_batch(tokens, 4, 16, seed=3, step=8)[0])
     assert not torch.equal(first[0], training_batch(tokens, 4, 16, seed=4, step=7)[0])
     inputs, targets = first
@@ -78,7 +86,7 @@ def test_stream_windows_predict_every_token_after_the_first_exactly_once(length)
     pairs = [
         (int(i), int(t))
         for inputs, targets in stream_batches(tokens, context=16, batch_size=3)
-        for i, t in zip(inputs.flatten(), targets.flatten())
+        for i, t in zip(inputs.flatten(), targets.flatten(), strict=False)
     ]
     assert [t for _, t in pairs] == list(range(1, length))
     assert all(t == i + 1 for i, t in pairs)

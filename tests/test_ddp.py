@@ -14,15 +14,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
-
 from conftest import free_port, headstudy_environment
+from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
 
 # One thread per process: two DDP processes on two cores.
-TINY_RUN = ["model=tiny", "variant=4", "seed=0", "threads=1", "data.batch_size=8",
-            "trainer.max_steps=40", "trainer.val_every_steps=10"]
+TINY_RUN = [
+    "model=tiny",
+    "variant=4",
+    "seed=0",
+    "threads=1",
+    "data.batch_size=8",
+    "trainer.max_steps=40",
+    "trainer.val_every_steps=10",
+]
 
 # Measured: after 40 steps the two runs' weights differ by at most 1.2e-7, one float32 unit in
 # the last place at the norms' weights of about 1.0 and less elsewhere. Summing a gradient as
@@ -39,8 +45,9 @@ def train(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     command = ["headstudy", "train", *TINY_RUN, *corpus, *extra]
     env = headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}")
     if not wait:
-        return subprocess.Popen(command, cwd=folder, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            command, cwd=folder, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -49,13 +56,25 @@ def train(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
 def torchrun(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     """The training as torchrun starts it on one machine: 2 processes meeting at 127.0.0.1."""
     folder.mkdir(exist_ok=True)
-    command = ["torchrun", "--nnodes=1", "--nproc-per-node=2", "--master-addr=127.0.0.1",
-               f"--master-port={free_port()}", shutil.which("headstudy"), "train", *TINY_RUN, *corpus,
-               "trainer.devices=2", "trainer.strategy=ddp", *extra]
+    command = [
+        "torchrun",
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        shutil.which("headstudy"),
+        "train",
+        *TINY_RUN,
+        *corpus,
+        "trainer.devices=2",
+        "trainer.strategy=ddp",
+        *extra,
+    ]
     env = headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}")
     if not wait:
-        return subprocess.Popen(command, cwd=folder, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            command, cwd=folder, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -106,17 +125,23 @@ def test_two_processes_killed_and_resumed_match_one_process_and_record_one_run(t
 
 
 def test_torchrun_processes_resuming_from_different_steps_stop_at_once_and_resume_from_one_folder(
-        tmp_path, small_corpus):
+    tmp_path, small_corpus
+):
     # Each process its own checkpoints folder, as on machines without a shared file system:
     # only process 0 writes checkpoints, so after the preemption process 1 has none.
     separate = ["paths.checkpoints=checkpoints-${oc.env:RANK}"]
-    stop_after_first_checkpoint(torchrun(tmp_path, small_corpus, *separate, wait=False), tmp_path / "checkpoints-0",
-                                preempt)
+    stop_after_first_checkpoint(
+        torchrun(tmp_path, small_corpus, *separate, wait=False), tmp_path / "checkpoints-0", preempt
+    )
 
     refused = torchrun(tmp_path, small_corpus, *separate)
     assert refused.returncode != 0
-    assert re.search(r"^headstudy train: error: the 2 processes resume from different steps "
-                     r"\(process 0: step [1-9]\d*, process 1: step 0\)", refused.stderr, re.MULTILINE)
+    assert re.search(
+        r"^headstudy train: error: the 2 processes resume from different steps "
+        r"\(process 0: step [1-9]\d*, process 1: step 0\)",
+        refused.stderr,
+        re.MULTILINE,
+    )
     assert not (tmp_path / "models").exists()
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("headstudy-by-hand").experiment_id])

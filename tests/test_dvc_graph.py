@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT
+
 from headstudy.cli import STAGES
 
 SOURCE = ROOT / "src"
@@ -76,8 +76,11 @@ def reachable_files(*modules: str, stop: tuple[Path, ...] = ()) -> set[Path]:
 
 
 def stages() -> list[tuple[Path, str, dict]]:
-    return [(dvc_file, name, stage) for dvc_file in DVC_FILES
-            for name, stage in yaml.safe_load(dvc_file.read_text())["stages"].items()]
+    return [
+        (dvc_file, name, stage)
+        for dvc_file in DVC_FILES
+        for name, stage in yaml.safe_load(dvc_file.read_text())["stages"].items()
+    ]
 
 
 def covered(path: Path, deps: list[Path]) -> bool:
@@ -106,8 +109,7 @@ def declared_code(dvc_file: Path, stage: dict) -> set[Path]:
     return files
 
 
-@pytest.mark.parametrize("dvc_file, name, stage", stages(),
-                         ids=[f"{f.relative_to(ROOT)}:{n}" for f, n, _ in stages()])
+@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=[f"{f.relative_to(ROOT)}:{n}" for f, n, _ in stages()])
 def test_stage_code_deps_are_exactly_what_its_command_imports(dvc_file, name, stage):
     cmd = " ".join(stage["cmd"]) if isinstance(stage["cmd"], list) else stage["cmd"]
     [command] = COMMAND.findall(cmd)
@@ -119,8 +121,7 @@ def test_stage_code_deps_are_exactly_what_its_command_imports(dvc_file, name, st
     assert not extra, f"stage {name} ({dvc_file.relative_to(ROOT)}) depends on code it never runs: {extra}"
 
 
-@pytest.mark.parametrize("dvc_file, name, stage", stages(),
-                         ids=[f"{f.relative_to(ROOT)}:{n}" for f, n, _ in stages()])
+@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=[f"{f.relative_to(ROOT)}:{n}" for f, n, _ in stages()])
 def test_stage_reads_config_only_through_its_file_in_configs(dvc_file, name, stage):
     deps = [str(dep) for dep in stage.get("deps", [])]
     conf = [dep for dep in deps if dep.rstrip("/").endswith("conf") or "/conf/" in f"/{dep}"]
@@ -136,8 +137,9 @@ def test_stage_reads_config_only_through_its_file_in_configs(dvc_file, name, sta
 def test_weights_code_never_imports_bookkeeping_analysis_or_settings():
     for path in sorted((PACKAGE / "weights").rglob("*.py")):
         for imported in imported_names(path):
-            assert not imported.startswith(("headstudy.bookkeeping", "headstudy.analysis", "headstudy.settings")), \
+            assert not imported.startswith(("headstudy.bookkeeping", "headstudy.analysis", "headstudy.settings")), (
                 f"{path.relative_to(ROOT)} imports {imported}"
+            )
             assert imported.split(".")[0] not in ("mlflow", "hydra"), f"{path.relative_to(ROOT)} imports {imported}"
 
 

@@ -7,19 +7,42 @@ from headstudy.experiments import render, table
 
 
 def revision(name: str, max_steps: int, ppl_1: float, ppl_4: float, change: float) -> dict:
-    return {"rev": "workspace" if name == "workspace" else name * 40, "name": None if name == "workspace" else name, "data": {
-        "params": {"params.yaml": {"data": {"study": {"variants": [1, 4], "seeds": [0, 1, 2]},
-                                            "trainer": {"max_steps": max_steps},
-                                            "report": {"compare": [[1, 4]]}}},
-                   "studies/other/params.yaml": {"data": {"study": {"variants": [1, 2, 4, 8]}}}},
-        "metrics": {"reports/metrics.json": {"data": {
-                        "test_ppl/1": ppl_1, "test_ppl/4": ppl_4, "change_pct/4_vs_1/per_token": change,
-                        "change_pct/4_vs_1/per_token_ci95_low": change - 1, "change_pct/4_vs_1/per_word": 2 * change}},
-                    "studies/other/reports/metrics.json": {"data": {"test_ppl/8": 17.0}}}}}
+    return {
+        "rev": "workspace" if name == "workspace" else name * 40,
+        "name": None if name == "workspace" else name,
+        "data": {
+            "params": {
+                "params.yaml": {
+                    "data": {
+                        "study": {"variants": [1, 4], "seeds": [0, 1, 2]},
+                        "trainer": {"max_steps": max_steps},
+                        "report": {"compare": [[1, 4]]},
+                    }
+                },
+                "studies/other/params.yaml": {"data": {"study": {"variants": [1, 2, 4, 8]}}},
+            },
+            "metrics": {
+                "reports/metrics.json": {
+                    "data": {
+                        "test_ppl/1": ppl_1,
+                        "test_ppl/4": ppl_4,
+                        "change_pct/4_vs_1/per_token": change,
+                        "change_pct/4_vs_1/per_token_ci95_low": change - 1,
+                        "change_pct/4_vs_1/per_word": 2 * change,
+                    }
+                },
+                "studies/other/reports/metrics.json": {"data": {"test_ppl/8": 17.0}},
+            },
+        },
+    }
 
 
-SHOWN = [{**revision("workspace", 3000, 18.7, 18.4, -1.6),
-          "experiments": [{"name": "longer", "revs": [revision("e", 6000, 17.9, 17.5, -2.2)]}]}]
+SHOWN = [
+    {
+        **revision("workspace", 3000, 18.7, 18.4, -1.6),
+        "experiments": [{"name": "longer", "revs": [revision("e", 6000, 17.9, 17.5, -2.2)]}],
+    }
+]
 
 
 def test_only_the_folders_study_its_changed_settings_and_per_token_changes_are_columns():

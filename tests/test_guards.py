@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import ROOT, assert_nothing_half_written, assert_refused
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, assert_nothing_half_written, assert_refused
-from headstudy.formats.errors import ConfigError
-from headstudy.formats.files import write_json
+from headstudy.common.errors import ConfigError
+from headstudy.common.files import write_json
 
 DATA = ["data=textdir", "data.dir=corpus", "data.vocab_size=300", "paths.prepared=prepared"]
 # One thread: another test file may be training beside this one.
@@ -30,8 +30,9 @@ WORDS = "the cat sat on a mat dog ran after bird sang wet street animal crossed 
 def headstudy(cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
     """A run by hand (no DVC_STAGE) with the project's conf/ and the store cwd/mlflow.db."""
     env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
-    env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}",
-                **env_changes})
+    env.update(
+        {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}", **env_changes}
+    )
     return subprocess.run(["headstudy", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
@@ -86,6 +87,7 @@ def copy_prepared(work: Path, name: str) -> Path:
 
 # Silent wrong results
 
+
 @pytest.mark.slow
 def test_divergence_stops_training_naming_the_step_and_the_learning_rate(work, diverged):
     line = assert_refused(diverged, "train", "training diverged", "at step", "optimizer.lr=1000")
@@ -115,8 +117,9 @@ def test_evaluate_refuses_a_model_trained_with_other_settings(work, trained):
 
     swapped = work / "swapped"
     shutil.copytree(trained, swapped / "h1-s1")  # h1-s0's model under the name of seed 1
-    result = headstudy(work, "evaluate", *DATA, *TINY, "seed=1", f"paths.models={swapped}",
-                       "paths.metrics=metrics-swapped")
+    result = headstudy(
+        work, "evaluate", *DATA, *TINY, "seed=1", f"paths.models={swapped}", "paths.metrics=metrics-swapped"
+    )
     assert_refused(result, "evaluate", "swapped/h1-s1/config.yaml", "seed (saved 0, requested 1)")
     assert not (work / "metrics-swapped").exists()
 
@@ -127,8 +130,7 @@ def test_evaluate_refuses_prepared_data_other_than_the_training_data(work, train
     test = np.load(tampered / "test.npy")
     test[10] = test[11]  # still valid token ids: only the hash can tell
     np.save(tampered / "test.npy", test)
-    result = headstudy(work, "evaluate", *DATA, *TINY, f"paths.prepared={tampered}",
-                       "paths.metrics=metrics-tampered")
+    result = headstudy(work, "evaluate", *DATA, *TINY, f"paths.prepared={tampered}", "paths.metrics=metrics-tampered")
     assert_refused(result, "evaluate", f"{tampered}/test.npy", "models/h1-s0/run.json")
     assert not (work / "metrics-tampered").exists()
 
@@ -139,8 +141,16 @@ def test_evaluate_writes_only_deterministic_metrics_and_logs_to_the_training_run
     assert result.returncode == 0, result.stderr
     metrics = json.loads((work / "metrics" / "h1-s0.json").read_text())
     # Numbers only, so that `dvc metrics show` tabulates them; the name and the hash are in run.json.
-    assert set(metrics) == {"heads", "seed", "params", "lr", "test_ppl", "test_nll", "test_tokens_predicted",
-                            "test_word_ppl"}
+    assert set(metrics) == {
+        "heads",
+        "seed",
+        "params",
+        "lr",
+        "test_ppl",
+        "test_nll",
+        "test_tokens_predicted",
+        "test_word_ppl",
+    }
     record = json.loads((work / "models" / "h1-s0" / "run.json").read_text())
     [run] = [run for run in runs(work) if run.data.tags.get("weights.sha256") == record["weights_sha256"]]
     assert run.data.metrics["test/ppl"] == metrics["test_ppl"]
@@ -150,8 +160,17 @@ def test_evaluate_writes_only_deterministic_metrics_and_logs_to_the_training_run
 @pytest.mark.slow
 def test_model_folder_holds_only_content_that_a_retrain_reproduces(work, trained):
     record = json.loads((trained / "run.json").read_text())
-    assert set(record) == {"name", "variant", "heads", "seed", "lr", "params", "weights_sha256", "data_sha256",
-                           "data_files"}
+    assert set(record) == {
+        "name",
+        "variant",
+        "heads",
+        "seed",
+        "lr",
+        "params",
+        "weights_sha256",
+        "data_sha256",
+        "data_files",
+    }
     assert set(record["data_files"]) == {"stats.json", "tokenizer.json", "train.npy", "valid.npy", "test.npy"}
     first = {path.name: path.read_bytes() for path in trained.iterdir()}
     result = headstudy(work, "train", *DATA, *TINY)  # the same model again, in the same place
@@ -163,8 +182,16 @@ def test_model_folder_holds_only_content_that_a_retrain_reproduces(work, trained
 @pytest.mark.slow
 def test_tiny_budgets_train(work):
     for steps, every in ((1, 1), (3, 1)):
-        result = headstudy(work, "train", *DATA, "model=tiny", "threads=1", f"seed={10 + steps}",
-                           f"trainer.max_steps={steps}", f"trainer.val_every_steps={every}")
+        result = headstudy(
+            work,
+            "train",
+            *DATA,
+            "model=tiny",
+            "threads=1",
+            f"seed={10 + steps}",
+            f"trainer.max_steps={steps}",
+            f"trainer.val_every_steps={every}",
+        )
         assert result.returncode == 0, result.stderr
         assert (work / "models" / f"h1-s{10 + steps}" / "model.pt").is_file()
     assert_nothing_half_written(work)
@@ -212,11 +239,18 @@ def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work):
 
 # Crashes that must be clear errors
 
+
 def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "short.txt").write_text("ab\n" * 10)
-    data = ["data=textdir", "data.dir=corpus", "data.vocab_size=257", "paths.prepared=prepared",
-            "data.valid_fraction=0.1", "data.test_fraction=0.1"]
+    data = [
+        "data=textdir",
+        "data.dir=corpus",
+        "data.vocab_size=257",
+        "paths.prepared=prepared",
+        "data.valid_fraction=0.1",
+        "data.test_fraction=0.1",
+    ]
     assert headstudy(tmp_path, "prepare", *data).returncode == 0
     result = headstudy(tmp_path, "train", *data, *TINY)
     assert_refused(result, "train", "prepared/train.npy holds", "model.context=32")
@@ -253,18 +287,22 @@ def ids_out_of_range(path: Path) -> None:
     np.save(path, tokens)
 
 
-@pytest.mark.parametrize("damage, expected", [
-    (truncated, "is not a readable .npy token array"),
-    (pickled, "is not a readable .npy token array"),
-    (not_npy, "is not a readable .npy token array"),
-    (floats, "expected one row of integer token ids"),
-    (ids_out_of_range, "holds token id 5000, but the tokenizer has 300 tokens"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (truncated, "is not a readable .npy token array"),
+        (pickled, "is not a readable .npy token array"),
+        (not_npy, "is not a readable .npy token array"),
+        (floats, "expected one row of integer token ids"),
+        (ids_out_of_range, "holds token id 5000, but the tokenizer has 300 tokens"),
+    ],
+)
 def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected):
     prepared = copy_prepared(work, f"prepared-{damage.__name__}")
     damage(prepared / "train.npy")
-    result = headstudy(work, "baselines", *DATA, f"paths.prepared={prepared}",
-                       f"paths.metrics=metrics-{damage.__name__}")
+    result = headstudy(
+        work, "baselines", *DATA, f"paths.prepared={prepared}", f"paths.metrics=metrics-{damage.__name__}"
+    )
     assert_refused(result, "baselines", f"{prepared}/train.npy", expected)
     assert not (work / f"metrics-{damage.__name__}").exists()
 
@@ -312,18 +350,32 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
         assert not (project / "data" / "prepared").exists()
 
 
-@pytest.mark.parametrize("params, named", [
-    ({"study": {"variants": [1], "seeds": [0]}}, "expected a `report:` section with a title"),
-    ({"study": {"variants": [1], "seeds": [0]}, "report": {"compare": []}}, "expected a `report:` section with a title"),
-    ({"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"lr": ".nan"}},
-     "optimizer.lr must be a finite positive number"),
-    ({"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"weight_decay": -1}},
-     "optimizer.weight_decay must be a finite number >= 0"),
-    ({"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"betas": [2, 3]}},
-     "optimizer.betas must be two numbers in [0, 1)"),
-    ({"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "trainer": {"max_steps": "abc"}},
-     "trainer.max_steps"),
-])
+@pytest.mark.parametrize(
+    "params, named",
+    [
+        ({"study": {"variants": [1], "seeds": [0]}}, "expected a `report:` section with a title"),
+        (
+            {"study": {"variants": [1], "seeds": [0]}, "report": {"compare": []}},
+            "expected a `report:` section with a title",
+        ),
+        (
+            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"lr": ".nan"}},
+            "optimizer.lr must be a finite positive number",
+        ),
+        (
+            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"weight_decay": -1}},
+            "optimizer.weight_decay must be a finite number >= 0",
+        ),
+        (
+            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"betas": [2, 3]}},
+            "optimizer.betas must be two numbers in [0, 1)",
+        ),
+        (
+            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "trainer": {"max_steps": "abc"}},
+            "trainer.max_steps",
+        ),
+    ],
+)
 def test_configure_refuses_a_bad_study_in_one_line_and_writes_nothing(tmp_path, params, named):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert_refused(headstudy(tmp_path, "configure"), "configure", named)
@@ -340,7 +392,9 @@ def test_evaluate_refuses_weights_changed_after_training(work, trained):
     first = next(iter(saved["state_dict"]))
     saved["state_dict"][first] = saved["state_dict"][first] * 2  # still loads, scores something else
     torch.save(saved, tampered / "model.pt")
-    result = headstudy(work, "evaluate", *DATA, *TINY, f"paths.models={tampered.parent}", "paths.metrics=metrics-tampered")
+    result = headstudy(
+        work, "evaluate", *DATA, *TINY, f"paths.models={tampered.parent}", "paths.metrics=metrics-tampered"
+    )
     assert_refused(result, "evaluate", "tampered-models/h1-s0/model.pt", "run.json records")
     assert not (work / "metrics-tampered").exists()
 
@@ -356,9 +410,23 @@ def test_prepare_refuses_a_zero_filled_file_named_txt(tmp_path):
 def start_training(work: Path, seed: int) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
     env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"})
-    return subprocess.Popen(["headstudy", "train", *DATA, "model=tiny", "threads=1", f"seed={seed}",
-                             "trainer.max_steps=4000", "trainer.val_every_steps=20"],
-                            cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            "headstudy",
+            "train",
+            *DATA,
+            "model=tiny",
+            "threads=1",
+            f"seed={seed}",
+            "trainer.max_steps=4000",
+            "trainer.val_every_steps=20",
+        ],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_checkpoint(work: Path, name: str, training: subprocess.Popen) -> None:
@@ -388,8 +456,16 @@ def test_a_second_identical_training_is_refused_while_the_first_runs(work):
     first = start_training(work, seed=60)
     try:
         wait_for_checkpoint(work, "h1-s60", first)
-        second = headstudy(work, "train", *DATA, "model=tiny", "threads=1", "seed=60",
-                           "trainer.max_steps=4000", "trainer.val_every_steps=20")
+        second = headstudy(
+            work,
+            "train",
+            *DATA,
+            "model=tiny",
+            "threads=1",
+            "seed=60",
+            "trainer.max_steps=4000",
+            "trainer.val_every_steps=20",
+        )
         assert_refused(second, "train", "another process is training this model")
         assert first.poll() is None
     finally:
@@ -403,12 +479,15 @@ def in_a_full_disk(work: Path, folder: str, command: list[str]) -> tuple[subproc
     than a tiny model), and what the folder held when it ended (the namespace takes it away)."""
     (work / folder).mkdir(exist_ok=True)
     listing = work / f"{folder}.listing"
-    script = (f'mount -t tmpfs -o size=48k tmpfs {folder} || exit 77; '
-              f'"$@"; status=$?; find {folder} > {listing}; exit $status')
+    script = (
+        f"mount -t tmpfs -o size=48k tmpfs {folder} || exit 77; "
+        f'"$@"; status=$?; find {folder} > {listing}; exit $status'
+    )
     env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
     env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"})
-    result = subprocess.run(["unshare", "--mount", "sh", "-c", script, "sh", *command], cwd=work, env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", *command], cwd=work, env=env, capture_output=True, text=True
+    )
     if result.returncode == 77 or not listing.is_file():
         pytest.skip(f"no mount namespace with a tmpfs here: {result.stderr.strip()[:200]}")
     return result, listing.read_text().split()
@@ -429,6 +508,8 @@ def test_a_full_disk_while_writing_the_model_leaves_no_staging_and_the_rerun_onl
     [finished] = [run for run in runs(work) if run.info.run_name == "h1-s70"]
     assert finished.info.status == "FINISHED" and finished.info.run_id == failed.info.run_id
     assert all(math.isfinite(value) for value in finished.data.metrics.values())  # no speed of 0 steps
-    assert finished.data.tags["weights.sha256"] == json.loads((work / "full/models/h1-s70/run.json").read_text())[
-        "weights_sha256"]
+    assert (
+        finished.data.tags["weights.sha256"]
+        == json.loads((work / "full/models/h1-s70/run.json").read_text())["weights_sha256"]
+    )
     assert_nothing_half_written(work / "full")

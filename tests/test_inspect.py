@@ -5,10 +5,19 @@ import numpy as np
 import pytest
 import torch
 
-from headstudy.settings.compose import compose_config, model_config
 from headstudy.analysis.perplexity import perplexity, stream_nll
-from headstudy.inspect import (ablation_ppl, attention_measures, attention_scores, rank_heads, role, spotlight_null,
-                               spotlight_scores, summarise, union_coverage)
+from headstudy.inspect import (
+    ablation_ppl,
+    attention_measures,
+    attention_scores,
+    rank_heads,
+    role,
+    spotlight_null,
+    spotlight_scores,
+    summarise,
+    union_coverage,
+)
+from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import Decoder
 
 TOKENS = np.random.default_rng(0).integers(0, 1024, 2000).astype(np.uint16)
@@ -109,7 +118,9 @@ def test_heads_looking_at_different_places_cover_more_positions_than_one():
     same = torch.stack([previous, previous])[None]  # (1, 2, T, T): two heads, one target
     different = torch.stack([previous, parked])[None]
     split = torch.stack([0.5 * previous + 0.5 * parked])[None]  # one head, weight halved
-    per_position = lambda w: {k: float(v / (length - 1)) for k, v in spotlight_scores(w, 0.2).items() if k != "positions"}
+    per_position = lambda w: {
+        k: float(v / (length - 1)) for k, v in spotlight_scores(w, 0.2).items() if k != "positions"
+    }
     assert per_position(same) == {"covered_positions": 1.0, "distinct_top1": 1.0}
     # At t = 1 the previous token is the first position: both heads look at one place there.
     assert per_position(different) == {"covered_positions": 7 / 4, "distinct_top1": 7 / 4}
@@ -125,11 +136,20 @@ def test_heads_are_ranked_by_mean_distance_within_each_layer():
 
 def test_seeds_are_averaged_by_rank_not_by_head_number():
     # The local head is head 0 in seed 0 and head 1 in seed 1: by number they would average to 5 and 5.
-    models = [{"variant": "2", "heads": 2, "seed": seed, "head_scores": rank_heads(
-        [{"layer": 0, "head": h, "distance": d} for h, d in enumerate(distances)])}
-        for seed, distances in ((0, [1.0, 9.0]), (1, [9.0, 1.0]))]
+    models = [
+        {
+            "variant": "2",
+            "heads": 2,
+            "seed": seed,
+            "head_scores": rank_heads([{"layer": 0, "head": h, "distance": d} for h, d in enumerate(distances)]),
+        }
+        for seed, distances in ((0, [1.0, 9.0]), (1, [9.0, 1.0]))
+    ]
     rows = summarise(models, "head_scores", ("variant", "layer", "rank"), ("distance",))
-    assert [(row["rank"], row["distance"]["mean"], row["head_by_seed"]) for row in rows] == [(0, 1.0, [0, 1]), (1, 9.0, [1, 0])]
+    assert [(row["rank"], row["distance"]["mean"], row["head_by_seed"]) for row in rows] == [
+        (0, 1.0, [0, 1]),
+        (1, 9.0, [1, 0]),
+    ]
 
 
 def previous(length: int) -> torch.Tensor:
@@ -183,7 +203,9 @@ def test_the_union_of_two_models_counts_a_position_once():
 def test_a_multi_head_model_exceeds_the_null_only_when_it_covers_more_than_independent_heads():
     def study(*multi_patterns, singles):
         return [{"variant": "2", "heads": 2, "seed": 0, "model": FixedAttention(*multi_patterns)}] + [
-            {"variant": "1", "heads": 1, "seed": seed, "model": FixedAttention(pattern)} for seed, pattern in enumerate(singles)]
+            {"variant": "1", "heads": 1, "seed": seed, "model": FixedAttention(pattern)}
+            for seed, pattern in enumerate(singles)
+        ]
 
     # Two heads that are just two unrelated single heads: inside the null, so no spotlight claim.
     same = spotlight_null(study(previous, parked, singles=[previous, parked]), "2", WINDOWS, 4, (0.2,))

@@ -17,10 +17,10 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from mlflow.entities import Metric, Param, RunStatus
-
 from browser import chromium, run_chromium
 from conftest import served_mlflow
+from mlflow.entities import Metric, Param, RunStatus
+
 from headstudy.bookkeeping import tracking
 
 pytestmark = pytest.mark.slow
@@ -40,14 +40,16 @@ def ui(tmp_path_factory):
         patch.setenv("MLFLOW_TRACKING_URI", uri)
         client, experiment = tracking.client(), tracking.experiment_id()
         run = client.create_run(experiment, run_name=RUN_NAME).info.run_id
-        client.log_batch(run, metrics=[Metric("test/ppl", 42.5, 0, 0)],
-                         params=[Param("variant", "1"), Param("seed", "0")])
+        client.log_batch(
+            run, metrics=[Metric("test/ppl", 42.5, 0, 0)], params=[Param("variant", "1"), Param("seed", "0")]
+        )
         client.set_terminated(run, RunStatus.to_string(RunStatus.FINISHED))
         readme_link = tracking.ui_url()
         kind = client.get_experiment(experiment).tags.get("mlflow.experimentKind")
     with served_mlflow(uri, folder / "server.log") as url:
-        yield SimpleNamespace(url=url, experiment=experiment, kind=kind,
-                              readme_link=readme_link.replace(tracking.UI_ADDRESS, url, 1))
+        yield SimpleNamespace(
+            url=url, experiment=experiment, kind=kind, readme_link=readme_link.replace(tracking.UI_ADDRESS, url, 1)
+        )
 
 
 def rendered(url: str) -> str:
@@ -69,8 +71,9 @@ def seen(dom: str, experiment: str) -> SimpleNamespace:
     workflow types of the experiment's sidebar tabs (genai or machine_learning), those tabs, the
     runs table's column ids and its run names, and the saved view it applies."""
     title = re.search(rf"<title>([^<]*) - Experiment {experiment} - MLflow</title>", dom)
-    sidebar = [html.unescape(href) for href in
-               re.findall(rf'href="#/experiments/{experiment}/([^"]*workflowType=[^"]*)"', dom)]
+    sidebar = [
+        html.unescape(href) for href in re.findall(rf'href="#/experiments/{experiment}/([^"]*workflowType=[^"]*)"', dom)
+    ]
     return SimpleNamespace(
         tab=title.group(1) if title else None,
         workflow={re.search(r"workflowType=(\w+)", href).group(1) for href in sidebar},
@@ -90,8 +93,10 @@ def test_the_experiments_list_opens_the_genai_overview_so_the_readme_links_the_r
 
     opened = seen(rendered(f"{ui.url}/{link}"), ui.experiment)
     if opened.tab == "Runs" and opened.workflow == {"machine_learning"}:
-        pytest.fail("the experiments list now opens the model-training runs table: MLflow honours the "
-                    "experiment's kind, and README can send readers through the experiments list")
+        pytest.fail(
+            "the experiments list now opens the model-training runs table: MLflow honours the "
+            "experiment's kind, and README can send readers through the experiments list"
+        )
     assert (opened.tab, opened.workflow) == ("Overview", {"genai"}), opened
     assert "runs" not in opened.tabs and RUN_NAME not in opened.runs, opened
 

@@ -3,9 +3,9 @@ import subprocess
 import pytest
 import torch
 
-from headstudy.formats.errors import ConfigError
-from headstudy.settings.compose import compose_config, model_config
+from headstudy.common.errors import ConfigError
 from headstudy.count import count
+from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import Decoder, weights_sha256
 
 
@@ -31,9 +31,7 @@ def test_heads_that_do_not_divide_width_fail_before_any_work(in_project):
 
 
 def test_bad_config_exits_non_zero_with_one_line_naming_both_keys(in_project):
-    result = subprocess.run(
-        ["headstudy", "count", "model.n_heads=5"], capture_output=True, text=True, cwd=in_project
-    )
+    result = subprocess.run(["headstudy", "count", "model.n_heads=5"], capture_output=True, text=True, cwd=in_project)
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -70,13 +68,16 @@ def test_weights_hash_sees_a_single_changed_weight(in_project):
     assert weights_sha256(model) != before
 
 
-@pytest.mark.parametrize("override, key", [
-    ("seed=abc", "seed"),
-    ("optimizer.lr=-1", "optimizer.lr"),
-    ("model.mix_heads=maybe", "model.mix_heads"),
-    ("data.vocab_size=100", "data.vocab_size"),
-    ("trainer.max_steps=0", "trainer.max_steps"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("seed=abc", "seed"),
+        ("optimizer.lr=-1", "optimizer.lr"),
+        ("model.mix_heads=maybe", "model.mix_heads"),
+        ("data.vocab_size=100", "data.vocab_size"),
+        ("trainer.max_steps=0", "trainer.max_steps"),
+    ],
+)
 def test_each_bad_value_is_named_by_its_key(in_project, override, key):
     with pytest.raises(ConfigError, match=f"^{key} must be"):
         compose_config([override])

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from tinyproject import edit_params, environment, make_project, ran_stages, run, runs
 
 pytestmark = pytest.mark.slow
@@ -34,14 +33,24 @@ def project(tmp_path_factory) -> Path:
 def test_repro_trains_evaluates_and_reports_every_variant(project):
     result = run(project, "dvc", "repro")
     assert ran_stages(result.stdout) == {
-        "configure", "prepare", "baselines", "train@1-0", "train@1-mix-0", "evaluate@1-0", "evaluate@1-mix-0",
-        "inspect", "report"
+        "configure",
+        "prepare",
+        "baselines",
+        "train@1-0",
+        "train@1-mix-0",
+        "evaluate@1-0",
+        "evaluate@1-mix-0",
+        "inspect",
+        "report",
     }
     summary = json.loads((project / "reports/summary.json").read_text())
     one, mixed = summary["rows"]
     assert (one["variant"], mixed["variant"]) == ("1", "1-mix") and one["seeds"] == [0]
     assert one["params"] == json.loads(run(project, "headstudy", "count", "model=tiny").stdout)["params"]
-    assert mixed["params"] == json.loads(run(project, "headstudy", "count", "model=tiny", "variant=1-mix").stdout)["params"]
+    assert (
+        mixed["params"]
+        == json.loads(run(project, "headstudy", "count", "model=tiny", "variant=1-mix").stdout)["params"]
+    )
     assert mixed["params"] > one["params"]
     metrics = json.loads((project / "metrics/h1-s0.json").read_text())
     assert one["test_ppl"] == [metrics["test_ppl"]]
@@ -77,6 +86,7 @@ def stale_stages(project: Path) -> set[str]:
 
 def edited(path: Path, addition: str):
     """Append to a file for the length of a `with` block."""
+
     class Edit:
         def __enter__(self):
             self.text = path.read_text()
@@ -84,13 +94,17 @@ def edited(path: Path, addition: str):
 
         def __exit__(self, *exc):
             path.write_text(self.text)
+
     return Edit()
 
 
 def test_a_change_to_bookkeeping_or_analysis_code_leaves_every_model_up_to_date(project):
     package = project / "src/headstudy"
-    with edited(package / "bookkeeping/tracking.py", '\n"""A docstring that changes nothing."""\n'), \
-            edited(package / "analysis/statistics.py", "\n# a comment\n"), edited(package / "cli.py", "\n# a comment\n"):
+    with (
+        edited(package / "bookkeeping/tracking.py", '\n"""A docstring that changes nothing."""\n'),
+        edited(package / "analysis/statistics.py", "\n# a comment\n"),
+        edited(package / "cli.py", "\n# a comment\n"),
+    ):
         assert stale_stages(project) == {"inspect", "report"}  # the two stages that run statistics.py
     assert stale_stages(project) == set()
 
@@ -132,11 +146,22 @@ def test_adding_a_head_count_trains_only_the_new_model(project):
     assert summary["comparisons"][0]["relative_ci95"] == [None, None]
     assert "no claim is made" in (project / "reports/results.md").read_text()  # one seed
     heads = json.loads((project / "reports/heads.json").read_text())
-    assert [(row["variant"], row["rank"]) for row in heads["rows"]] == [("1", 0), ("1-mix", 0), ("4", 0), ("4", 1), ("4", 2), ("4", 3)]
+    assert [(row["variant"], row["rank"]) for row in heads["rows"]] == [
+        ("1", 0),
+        ("1-mix", 0),
+        ("4", 0),
+        ("4", 1),
+        ("4", 2),
+        ("4", 3),
+    ]
     # the spotlight measure against its null, for the one layer, at every threshold of the sweep
     assert {row["layer"] for row in heads["spotlight"]["rows"]} == {0}
     assert len({row["threshold"] for row in heads["spotlight"]["rows"]}) >= 3
-    assert sorted(r.info.run_name for r in runs(project) if r.info.run_name.startswith("h")) == ["h1-mix-s0", "h1-s0", "h4-s0"]
+    assert sorted(r.info.run_name for r in runs(project) if r.info.run_name.startswith("h")) == [
+        "h1-mix-s0",
+        "h1-s0",
+        "h4-s0",
+    ]
 
 
 def test_changing_the_budget_retrains_every_model(project):
@@ -158,8 +183,12 @@ def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     # Forced, and this stage alone: DVC would otherwise check the model out of its cache
     # instead of training it, and force the stages upstream too.
     killed = subprocess.Popen(
-        ["dvc", "repro", "--force", "--single-item", "train@1-0"], cwd=project, env=environment(), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ["dvc", "repro", "--force", "--single-item", "train@1-0"],
+        cwd=project,
+        env=environment(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     checkpoints = project / "checkpoints"
     deadline = time.monotonic() + 120

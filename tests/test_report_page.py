@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from browser import check_page, screenshot
 from conftest import ROOT
 

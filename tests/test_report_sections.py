@@ -22,7 +22,12 @@ VARIANTS = ["1", "1-mix", "4-nomix", "4"]
 
 
 def test_the_2x2_is_found_from_the_variant_names_and_only_when_complete():
-    assert comparisons.factorial_cells(VARIANTS) == {(1, False): "1", (1, True): "1-mix", (4, False): "4-nomix", (4, True): "4"}
+    assert comparisons.factorial_cells(VARIANTS) == {
+        (1, False): "1",
+        (1, True): "1-mix",
+        (4, False): "4-nomix",
+        (4, True): "4",
+    }
     assert comparisons.factorial_cells(["1", "1-mix", "4"]) is None
     assert comparisons.factorial_cells(["1", "2", "4", "8"]) is None
 
@@ -31,8 +36,12 @@ def test_2x2_contrasts_estimate_the_chapter_the_main_effects_and_the_interaction
     means = np.array([0.0, 0.01, -0.02, -0.03])  # log ppl of 1, 1-mix, 4-nomix, 4 above a common level
     noise = 0.001 * np.array([[1, -1, 0], [-1, 1, 0], [1, -1, 0], [-1, 1, 0]])  # cancels per variant and seed
     fit = additive_fit(3 + means[:, None] + np.array([0.0, 0.05, -0.02])[None, :] + noise)
-    results = {r["name"]: r for r in comparisons.factorial_contrasts(
-        fit, VARIANTS, comparisons.factorial_cells(VARIANTS), {"a": 1, "b": 4}, {}, tokens_per_word=2.0)}
+    results = {
+        r["name"]: r
+        for r in comparisons.factorial_contrasts(
+            fit, VARIANTS, comparisons.factorial_cells(VARIANTS), {"a": 1, "b": 4}, {}, tokens_per_word=2.0
+        )
+    }
     assert results["chapter"]["log_ratio"] == pytest.approx(-0.03)  # 4 against 1
     assert results["heads"]["log_ratio"] == pytest.approx(-0.03)  # mean of -0.02 (no projection) and -0.04 (with)
     assert results["projection"]["log_ratio"] == pytest.approx(0.0, abs=1e-12)  # +0.01 for 1 head, -0.01 for 4
@@ -44,7 +53,7 @@ def test_2x2_contrasts_estimate_the_chapter_the_main_effects_and_the_interaction
     names = ["equal_parameters", "projection", "interaction"]
     ranked = sorted(names, key=lambda name: results[name]["p"])
     holm = [min(1, max((3 - i) * results[ranked[j]]["p"] for j in range(i + 1))) for i in range(3)]
-    for name, adjusted in zip(ranked, holm):
+    for name, adjusted in zip(ranked, holm, strict=False):
         assert results[name]["p_holm"] == pytest.approx(adjusted), name
 
 
@@ -59,21 +68,30 @@ def test_the_chapter_s_claim_is_compared_by_the_sign_of_its_log_ratio_only():
 
 def write_curves(folder, name: str, steps: int, final: float) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"step": [steps // 2, steps], "tokens": [4096 * steps // 2, 4096 * steps],
-                  "val_ppl": [final * 1.5, final]}).to_csv(folder / f"{name}.csv", index=False)
+    pd.DataFrame(
+        {"step": [steps // 2, steps], "tokens": [4096 * steps // 2, 4096 * steps], "val_ppl": [final * 1.5, final]}
+    ).to_csv(folder / f"{name}.csv", index=False)
 
 
 def lr_study(tmp_path, finals: dict[str, list[float]], lrs: list[float]):
     models = []
     for variant, by_lr in finals.items():
-        for lr, final in zip(lrs, by_lr):
+        for lr, final in zip(lrs, by_lr, strict=False):
             name = model_name(variant, 0, lr)
             write_curves(tmp_path / "metrics" / "curves", name, 3000, final)
             models.append({"name": name, "variant": variant, "seed": 0, "lr": lr})
-    return OmegaConf.create({"paths": {"prepared": str(tmp_path / "none"), "metrics": str(tmp_path / "metrics"),
-                                       "reports": str(tmp_path / "reports")},
-                             "study": {"variants": list(finals), "lrs": lrs, "seeds": [0]},
-                             "report": {"title": "Learning rate per variant"}, "models": models})
+    return OmegaConf.create(
+        {
+            "paths": {
+                "prepared": str(tmp_path / "none"),
+                "metrics": str(tmp_path / "metrics"),
+                "reports": str(tmp_path / "reports"),
+            },
+            "study": {"variants": list(finals), "lrs": lrs, "seeds": [0]},
+            "report": {"title": "Learning rate per variant"},
+            "models": models,
+        }
+    )
 
 
 def test_the_learning_rate_study_selects_each_variant_s_lowest_final_validation_perplexity(tmp_path):
@@ -87,7 +105,10 @@ def test_the_learning_rate_study_selects_each_variant_s_lowest_final_validation_
     assert written["one_lr_for_all"] is False
     assert summary["provenance"]["lrs"] == lrs and summary["provenance"]["steps"] == 3000
     text = (tmp_path / "reports/results.md").read_text()
-    assert "For 4 heads the best is the highest learning rate of the grid, 0.012" in text and "extend the grid above" in text
+    assert (
+        "For 4 heads the best is the highest learning rate of the grid, 0.012" in text
+        and "extend the grid above" in text
+    )
     assert "The best learning rate differs between variants" in text
     assert (tmp_path / "reports/figures/learning_rates.png").is_file()
 
@@ -95,7 +116,9 @@ def test_the_learning_rate_study_selects_each_variant_s_lowest_final_validation_
 def test_one_learning_rate_best_for_all_is_said_so_and_the_report_is_the_same_when_run_again(tmp_path):
     config = lr_study(tmp_path, {"1": [21.0, 20.0, 20.5], "1-mix": [21.5, 20.2, 20.6]}, [0.003, 0.006, 0.012])
     report.report(config)
-    first = {name: (tmp_path / "reports" / name).read_bytes() for name in ("summary.json", "results.md", "results.html")}
+    first = {
+        name: (tmp_path / "reports" / name).read_bytes() for name in ("summary.json", "results.md", "results.html")
+    }
     assert b"One learning rate, 0.006, is best for every variant." in first["results.md"]
     assert b"extend the grid" not in first["results.md"]
     report.report(config)
@@ -106,8 +129,9 @@ def test_budget_evidence_is_shown_only_at_a_budget_where_the_long_runs_were_vali
     evidence = tmp_path / "evidence"
     for name, final in (("h1-s0", 20.0), ("h4-s0", 19.6)):
         evidence.mkdir(exist_ok=True)
-        pd.DataFrame({"step": [150, 300, 450], "tokens": [614400, 1228800, 1843200],
-                      "val_ppl": [final * 2, final * 1.2, final]}).to_csv(evidence / f"{name}.csv", index=False)
+        pd.DataFrame(
+            {"step": [150, 300, 450], "tokens": [614400, 1228800, 1843200], "val_ppl": [final * 2, final * 1.2, final]}
+        ).to_csv(evidence / f"{name}.csv", index=False)
     blocks, numbers = budget.budget_evidence(evidence, 1228800, {}, tmp_path / "figures")
     assert numbers["gap_at_budget"] == pytest.approx(19.6 / 20.0 - 1)
     assert blocks[-1][0] == "figure" and (tmp_path / "figures/budget_evidence.png").is_file()
@@ -117,19 +141,38 @@ def test_budget_evidence_is_shown_only_at_a_budget_where_the_long_runs_were_vali
 
 
 def test_the_provenance_header_states_the_study_and_where_its_runs_are():
-    curves = pd.DataFrame({"variant": ["1", "4"], "seed": [0, 0], "lr": [None, None], "step": [3000, 3000],
-                           "tokens": [12288000, 12288000]})
+    curves = pd.DataFrame(
+        {
+            "variant": ["1", "4"],
+            "seed": [0, 0],
+            "lr": [None, None],
+            "step": [3000, 3000],
+            "tokens": [12288000, 12288000],
+        }
+    )
     models = [{"name": "h1-s0"}, {"name": "h4-s0"}]
     text, numbers = report.provenance({"variants": [1, 4], "seeds": [0]}, models, curves)
     assert "variants 1, 4 x seed 0: 2 models, each trained for 3,000 steps, 12.29 million training tokens" in text
     assert 'the MLflow experiment "headstudy"' in text
-    assert numbers == {"variants": ["1", "4"], "seeds": [0], "models": 2, "steps": 3000, "tokens": 12288000,
-                       "mlflow_experiment": "headstudy"}
+    assert numbers == {
+        "variants": ["1", "4"],
+        "seeds": [0],
+        "models": 2,
+        "steps": 3000,
+        "tokens": 12288000,
+        "mlflow_experiment": "headstudy",
+    }
 
 
 def test_numbers_are_right_aligned_and_words_left_in_both_renderings(tmp_path):
-    table = pd.DataFrame({"Model": ["1 head", "4 heads"], "Perplexity": ["18.68", "18.38"],
-                          "95% CI": ["[18.59, 18.78]", "n/a"], "Change": ["+0.0%", "-1.6%"]})
+    table = pd.DataFrame(
+        {
+            "Model": ["1 head", "4 heads"],
+            "Perplexity": ["18.68", "18.38"],
+            "95% CI": ["[18.59, 18.78]", "n/a"],
+            "Change": ["+0.0%", "-1.6%"],
+        }
+    )
     html = to_html([("table", table)], "t")
     assert "<th>Model</th>" in html and '<td class="num">18.68</td>' in html and '<td class="num">n/a</td>' in html
     markdown = to_markdown([("table", table)], tmp_path)
@@ -142,8 +185,14 @@ def budget_inputs(tmp_path, gap_end: float):
     for name in ("h1-s0", "h4-s0"):
         write_curves(evidence, name, 3000, 20.0)
     tokens = [1000, 2000, 3000, 4000]
-    curves = pd.DataFrame({"variant": ["1"] * 4 + ["4"] * 4, "seed": 0, "tokens": tokens * 2,
-                           "val_ppl": [30.0, 25.0, 22.0, 20.0] + [29.7, 24.75, 21.78, 20.0 * (1 + gap_end)]})
+    curves = pd.DataFrame(
+        {
+            "variant": ["1"] * 4 + ["4"] * 4,
+            "seed": 0,
+            "tokens": tokens * 2,
+            "val_ppl": [30.0, 25.0, 22.0, 20.0] + [29.7, 24.75, 21.78, 20.0 * (1 + gap_end)],
+        }
+    )
     rows = [{"label": "1 head", "below_bigram": 0.5}, {"label": "4 heads", "below_bigram": 0.05}]
     found = [{"variant_a": "1", "variant_b": "4", "a": "1 head", "b": "4 heads"}]
     settings = {"budget": {"evidence": str(evidence), "beat_bigram_by": 0.10, "max_gap_drift": 0.02}}
@@ -167,6 +216,12 @@ def test_a_budget_criterion_that_cannot_be_checked_in_full_is_not_called_met(tmp
     blocks, result = budget.budget_section(rows, [], curves, stats, settings, tmp_path / "figures")
     assert result["criterion_met"] is False
     assert blocks[1][1].endswith("so the criterion is not checked in full.")
-    blocks, result = budget.budget_section(rows, [{"variant_a": "1", "variant_b": "4", "a": "1 head", "b": "4 heads"}],
-                                           curves, stats, settings, tmp_path / "figures")
+    blocks, result = budget.budget_section(
+        rows,
+        [{"variant_a": "1", "variant_b": "4", "a": "1 head", "b": "4 heads"}],
+        curves,
+        stats,
+        settings,
+        tmp_path / "figures",
+    )
     assert result["criterion_met"] is True and blocks[1][1].endswith("where the models have settled.")

@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
-
 from conftest import headstudy_environment, served_mlflow
-from headstudy.formats.errors import ConfigError
-from headstudy.settings.compose import compose_config
-from headstudy.bookkeeping.jobs import cores
-from headstudy.weights.training import build_trainer
-from headstudy.count import count
+from mlflow.tracking import MlflowClient
 from tinyproject import TINY, commit, environment, make_project, ran_stages, run, runs
+
+from headstudy.bookkeeping.jobs import cores
+from headstudy.common.errors import ConfigError
+from headstudy.count import count
+from headstudy.settings.compose import compose_config
+from headstudy.weights.training import build_trainer
 
 
 def decoder_parameters(vocab: int, context: int, width: int, layers: int, mlp: int) -> int:
@@ -30,10 +30,13 @@ def decoder_parameters(vocab: int, context: int, width: int, layers: int, mlp: i
     return vocab * width + context * width + layers * block + width
 
 
-@pytest.mark.parametrize("preset, heads, shape", [
-    ("width768", 12, dict(context=1024, width=768, layers=12, mlp=3072)),
-    ("width4096", 32, dict(context=2048, width=4096, layers=32, mlp=16384)),
-])
+@pytest.mark.parametrize(
+    "preset, heads, shape",
+    [
+        ("width768", 12, dict(context=1024, width=768, layers=12, mlp=3072)),
+        ("width4096", 32, dict(context=2048, width=4096, layers=32, mlp=16384)),
+    ],
+)
 def test_larger_presets_pass_validation_and_count_without_allocating(in_project, preset, heads, shape):
     config = compose_config([f"model={preset}"])
     assert config.model.n_heads == heads and config.variant == str(heads)
@@ -53,21 +56,35 @@ def test_batch_that_does_not_split_evenly_among_processes_is_refused(in_project)
 
 @pytest.mark.parametrize("override", ["trainer.accelerator=abacus", "trainer.precision=7-bit"])
 def test_bad_trainer_choice_is_a_one_line_error_naming_the_trainer_keys(in_project, override):
-    with pytest.raises(ConfigError, match=r"trainer\.accelerator=\w+, trainer\.devices=1, .*trainer\.precision=") as error:
+    with pytest.raises(
+        ConfigError, match=r"trainer\.accelerator=\w+, trainer\.devices=1, .*trainer\.precision="
+    ) as error:
         build_trainer(compose_config([override]), [])
     assert override in str(error.value) and "\n" not in str(error.value)
 
 
-TINY_TRAINING = ["model=tiny", "threads=1", "data.batch_size=8", "trainer.max_steps=20",
-                 "trainer.val_every_steps=10", "trainer.loss_points=4"]
+TINY_TRAINING = [
+    "model=tiny",
+    "threads=1",
+    "data.batch_size=8",
+    "trainer.max_steps=20",
+    "trainer.val_every_steps=10",
+    "trainer.loss_points=4",
+]
 
 
 def assert_every_metric_recorded(client: MlflowClient, run) -> None:
     assert run.info.status == "FINISHED"
-    history = {key: sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
-               for key in ("train/loss", "val/ppl", "model/parameter_count", "train/tokens_per_sec")}
-    assert history == {"train/loss": [4, 9, 14, 19], "val/ppl": [10, 20], "model/parameter_count": [20],
-                       "train/tokens_per_sec": [20]}
+    history = {
+        key: sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
+        for key in ("train/loss", "val/ppl", "model/parameter_count", "train/tokens_per_sec")
+    }
+    assert history == {
+        "train/loss": [4, 9, 14, 19],
+        "val/ppl": [10, 20],
+        "model/parameter_count": [20],
+        "train/tokens_per_sec": [20],
+    }
 
 
 # Each process gets ready (imports, config, the model), then waits for the same file to appear,
@@ -94,8 +111,9 @@ def test_three_trainings_starting_together_on_a_new_store_record_every_metric(tm
         folder = tmp_path / f"seed{seed}"
         folder.mkdir()
         command = [sys.executable, "-c", AT_THE_SIGNAL, *TINY_TRAINING, *small_corpus, f"seed={seed}"]
-        trainings.append(subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
+        trainings.append(
+            subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
     deadline = time.monotonic() + 300
     while not all((tmp_path / f"seed{seed}" / "ready").exists() for seed in range(3)):
         assert all(training.poll() is None for training in trainings), "a training ended before the signal"
@@ -104,7 +122,7 @@ def test_three_trainings_starting_together_on_a_new_store_record_every_metric(tm
     (tmp_path / "go").touch()
     outputs = [training.communicate(timeout=600)[0] for training in trainings]
 
-    for training, output in zip(trainings, outputs):
+    for training, output in zip(trainings, outputs, strict=False):
         assert training.returncode == 0, output[-3000:]
         assert "database is locked" not in output and "_alembic_tmp" not in output
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -118,15 +136,24 @@ def test_three_trainings_starting_together_on_a_new_store_record_every_metric(tm
 @pytest.fixture
 def mlflow_server(tmp_path):
     """A real `mlflow server`, backed by SQLite, serving artifacts."""
-    with served_mlflow(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "server.log",
-                       "--artifacts-destination", str(tmp_path / "server-artifacts")) as url:
+    with served_mlflow(
+        f"sqlite:///{tmp_path / 'server.db'}",
+        tmp_path / "server.log",
+        "--artifacts-destination",
+        str(tmp_path / "server-artifacts"),
+    ) as url:
         yield url
 
 
 @pytest.mark.slow
 def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, small_corpus, mlflow_server):
-    result = subprocess.run(["headstudy", "train", *TINY_TRAINING, *small_corpus], cwd=tmp_path,
-                            env=headstudy_environment(mlflow_server), capture_output=True, text=True)
+    result = subprocess.run(
+        ["headstudy", "train", *TINY_TRAINING, *small_corpus],
+        cwd=tmp_path,
+        env=headstudy_environment(mlflow_server),
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not (tmp_path / "mlflow.db").exists()
 
@@ -152,8 +179,13 @@ def reproduced(tmp_path_factory) -> Path:
     return project
 
 
-REPORT = ["reports/results.md", "reports/results.html", "reports/summary.json",
-          "reports/figures/validation_curves.png", "reports/figures/test_perplexity.png"]
+REPORT = [
+    "reports/results.md",
+    "reports/results.html",
+    "reports/summary.json",
+    "reports/figures/validation_curves.png",
+    "reports/figures/test_perplexity.png",
+]
 
 
 @pytest.mark.slow
@@ -177,8 +209,14 @@ def test_outputs_pushed_to_a_remote_and_pulled_into_a_fresh_clone_reproduce_noth
 def start_queue(project: Path, jobs: int) -> None:
     """`dvc queue start`, returning at once: its workers keep the output pipes they inherit open
     until the queue is empty, so a captured run would wait for the whole queue."""
-    subprocess.run(["dvc", "queue", "start", "--jobs", str(jobs)], cwd=project, env=environment(), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        ["dvc", "queue", "start", "--jobs", str(jobs)],
+        cwd=project,
+        env=environment(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def queue_states(project: Path) -> dict[str, str]:
@@ -201,15 +239,26 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
     # Both differ from the committed study (20 steps), so each one trains; up to the test
     # perplexity, which is all that this test reads.
     for steps in (10, 30):
-        run(reproduced, "dvc", "exp", "run", "--queue", "--name", f"steps{steps}", "-S", f"trainer.max_steps={steps}",
-            "evaluate@1-0")
+        run(
+            reproduced,
+            "dvc",
+            "exp",
+            "run",
+            "--queue",
+            "--name",
+            f"steps{steps}",
+            "-S",
+            f"trainer.max_steps={steps}",
+            "evaluate@1-0",
+        )
     start_queue(reproduced, jobs=2)
     try:
         wait_for_queue(reproduced)
     finally:
         run(reproduced, "dvc", "queue", "stop", check=False)
-    assert queue_states(reproduced) == {"steps10": "Success", "steps30": "Success"}, \
-        run(reproduced, "dvc", "queue", "logs", "steps10").stdout
+    assert queue_states(reproduced) == {"steps10": "Success", "steps30": "Success"}, run(
+        reproduced, "dvc", "queue", "logs", "steps10"
+    ).stdout
 
     # The training runs; each experiment also opened a parent run for its study execution.
     new = [r for r in runs(reproduced) if r.info.run_id not in before and "weights.sha256" in r.data.tags]
@@ -237,8 +286,9 @@ def test_a_killed_queued_training_resumes_from_the_users_checkpoints_and_its_stu
         while not list((reproduced / "checkpoints").glob("queued-*/h1-s0-*/last.ckpt")):
             assert time.monotonic() < deadline, "no checkpoint in the project's checkpoints/ within 300 s"
             if time.monotonic() > next_look:  # `dvc queue status` takes a second or two
-                assert {"Queued", "Running"} & set(queue_states(reproduced).values()), \
-                    run(reproduced, "dvc", "queue", "logs", "killed").stdout[-3000:]
+                assert {"Queued", "Running"} & set(queue_states(reproduced).values()), run(
+                    reproduced, "dvc", "queue", "logs", "killed"
+                ).stdout[-3000:]
                 next_look = time.monotonic() + 5
             time.sleep(0.1)
         run(reproduced, "dvc", "queue", "kill", "killed")
@@ -258,7 +308,8 @@ def test_a_killed_queued_training_resumes_from_the_users_checkpoints_and_its_stu
     study_runs = {r.data.tags.get("dvc.exp_name"): r for r in runs(reproduced) if "study.state" in r.data.tags}
     killed = study_runs["killed"]
     assert (killed.info.status, killed.data.tags["study.state"]) == ("KILLED", "stopped")
-    [trained] = [r for r in runs(reproduced)
-                 if "study.state" not in r.data.tags and r.data.params["trainer.max_steps"] == "400"]
+    [trained] = [
+        r for r in runs(reproduced) if "study.state" not in r.data.tags and r.data.params["trainer.max_steps"] == "400"
+    ]
     assert trained.info.status == "FINISHED" and trained.data.tags["mlflow.parentRunId"] == killed.info.run_id
     assert not [r for r in runs(reproduced) if r.info.status == "RUNNING"]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from tinyproject import commit, environment, make_project, ran_stages, run
 
 from headstudy.bookkeeping import tracking
-from tinyproject import commit, environment, make_project, ran_stages, run
 
 pytestmark = pytest.mark.slow
 
@@ -89,8 +89,10 @@ def test_a_sweep_trained_on_two_clones_is_gathered_into_one_report_without_train
     trains = {stage for stages in PARTS.values() for stage in stages}
     assert ran_stages(output) == {"baselines", "evaluate@1-0", "evaluate@1-1", "inspect", "report"}, output
     for stage in trains:  # the last share's trainings are in its dvc.lock, the others in the run-cache
-        assert (f"Stage '{stage}' is cached - skipping run, checking out outputs" in output
-                or f"Stage '{stage}' didn't change, skipping" in output), output
+        assert (
+            f"Stage '{stage}' is cached - skipping run, checking out outputs" in output
+            or f"Stage '{stage}' didn't change, skipping" in output
+        ), output
     assert "Stage 'train@1-0' is cached - skipping run" in output
     [row] = json.loads((gatherer / "reports/summary.json").read_text())["rows"]
     assert row["variant"] == "1" and row["seeds"] == [0, 1]

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from omegaconf import OmegaConf
-
 from conftest import ROOT, assert_nothing_half_written
+from omegaconf import OmegaConf
+from tinyproject import commit, make_project, ran_stages, run
+
 from headstudy.analysis.clues import FOCUS, clue_attention, clue_weights, query_windows, score_queries
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 from headstudy.formats.prepared import load_stats, load_tokens
 from headstudy.formats.queries import load_queries, load_task
 from headstudy.spotlight import gaps
 from headstudy.tasks.multiclue import MultiClue, answer_of
 from headstudy.weights.model import Decoder, ModelConfig
-from tinyproject import commit, make_project, ran_stages, run
 
 SETTINGS = yaml.safe_load((ROOT / "conf" / "data" / "multiclue.yaml").read_text())
 
@@ -34,10 +34,11 @@ def task(clues: int = 3, seed: int = 0, **changes) -> MultiClue:
 def bodies(split) -> list[np.ndarray]:
     """Each query's body: the tokens after the previous answer, up to the query."""
     starts = np.concatenate([[0], split.queries[:-1] + 2])
-    return [split.tokens[start:query] for start, query in zip(starts, split.queries)]
+    return [split.tokens[start:query] for start, query in zip(starts, split.queries, strict=False)]
 
 
 # The generator
+
 
 @pytest.mark.parametrize("clues", [1, 2, 3, 4])
 def test_the_answer_is_the_values_of_the_latest_clue_of_each_type(clues):
@@ -46,8 +47,9 @@ def test_the_answer_is_the_values_of_the_latest_clue_of_each_type(clues):
     types = layout.token_types()
     assert (generated.tokens[generated.queries] == layout.query_id).all()
     assert (generated.tokens[generated.queries + 1] == generated.answers).all()
-    for body, query, places, answer in zip(bodies(generated), generated.queries, generated.clue_positions,
-                                           generated.answers):
+    for body, query, places, answer in zip(
+        bodies(generated), generated.queries, generated.clue_positions, generated.answers, strict=False
+    ):
         assert set(types[body]) >= set(range(layout.clue_types))  # every type in every body
         values = []
         for kind, place in enumerate(places):
@@ -68,7 +70,7 @@ def test_no_distractor_changes_the_answer_and_every_clue_does():
     generated = made.generate("test")
     rng = np.random.default_rng(0)
     checked = 0
-    for body, answer in zip(bodies(generated), generated.answers):
+    for body, answer in zip(bodies(generated), generated.answers, strict=False):
         latest = {kind: max(i for i, token in enumerate(body) if types[token] == kind) for kind in range(clues)}
         distractors = [i for i in range(len(body)) if i not in latest.values()]
         for _ in range(5):
@@ -79,8 +81,11 @@ def test_no_distractor_changes_the_answer_and_every_clue_does():
                 # older), or of a type after the k-th.
                 kinds = [kind for kind in range(layout.clue_types) if kind >= clues or kind not in later]
                 choice = rng.integers(len(kinds) + 1)
-                changed[place] = (layout.first_noise + rng.integers(layout.noise) if choice == len(kinds) else
-                                  layout.clue_id(kinds[choice], rng.integers(layout.values)))
+                changed[place] = (
+                    layout.first_noise + rng.integers(layout.noise)
+                    if choice == len(kinds)
+                    else layout.clue_id(kinds[choice], rng.integers(layout.values))
+                )
             assert answer_of(layout, clues, changed) == answer
             checked += 1
         for kind, place in latest.items():
@@ -96,9 +101,13 @@ def test_clues_sit_at_random_distances_with_older_tokens_of_their_type_between()
     distances = generated.queries[:, None] - generated.clue_positions
     for kind in range(4):  # no fixed offset picks a clue
         assert len(np.unique(distances[:, kind])) >= 10
-    older = sum(kind in types[body[:place - start]] for body, places, start in
-                zip(bodies(generated), generated.clue_positions, np.concatenate([[0], generated.queries[:-1] + 2]))
-                for kind, place in enumerate(places))
+    older = sum(
+        kind in types[body[: place - start]]
+        for body, places, start in zip(
+            bodies(generated), generated.clue_positions, np.concatenate([[0], generated.queries[:-1] + 2]), strict=False
+        )
+        for kind, place in enumerate(places)
+    )
     assert older > 0.3 * 4 * len(generated.queries)
     lengths = generated.queries - np.concatenate([[-2], generated.queries[:-1]]) - 2
     assert lengths.min() >= SETTINGS["segment_min"] and lengths.max() <= SETTINGS["segment_max"]
@@ -107,8 +116,10 @@ def test_clues_sit_at_random_distances_with_older_tokens_of_their_type_between()
 
 def test_same_seed_same_data_and_every_k_shares_the_stream_but_its_answers():
     first, again = task(2, seed=5).generate("train"), task(2, seed=5).generate("train")
-    assert all(np.array_equal(getattr(first, key), getattr(again, key))
-               for key in ("tokens", "queries", "clue_positions", "answers"))
+    assert all(
+        np.array_equal(getattr(first, key), getattr(again, key))
+        for key in ("tokens", "queries", "clue_positions", "answers")
+    )
     assert not np.array_equal(first.tokens, task(2, seed=6).generate("train").tokens)
     assert not np.array_equal(first.tokens[:500], task(2, seed=5).generate("valid").tokens[:500])
     other_k = task(4, seed=5).generate("train")
@@ -133,23 +144,27 @@ def test_the_vocabulary_holds_every_token_once_and_the_rest_unused():
     assert len(names) == len(set(names)) == layout.vocab_size == SETTINGS["vocab_size"]
     assert layout.needed == 4 * 3 + 8 + 1 + 3 + 9 + 27 + 81
     assert names[layout.query_id] == "?" and names[layout.first_answer(2)] == "=00"
-    assert names[layout.needed:] == [f"_{j}" for j in range(layout.vocab_size - layout.needed)]
+    assert names[layout.needed :] == [f"_{j}" for j in range(layout.vocab_size - layout.needed)]
 
 
-@pytest.mark.parametrize("changes, named", [
-    ({"clues": 5}, "data.clues"),
-    ({"vocab_size": 100}, "data.vocab_size=100 must be at least 141"),
-    ({"segment_min": 3}, "data.segment_min"),
-    ({"segment_mean": 40}, "data.segment_mean"),
-    ({"clue_rate": 1.5}, "data.clue_rate"),
-    ({"segments": {"train": 10, "valid": 0, "test": 5}}, "data.segments.valid"),
-])
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"clues": 5}, "data.clues"),
+        ({"vocab_size": 100}, "data.vocab_size=100 must be at least 141"),
+        ({"segment_min": 3}, "data.segment_min"),
+        ({"segment_mean": 40}, "data.segment_mean"),
+        ({"clue_rate": 1.5}, "data.clue_rate"),
+        ({"segments": {"train": 10, "valid": 0, "test": 5}}, "data.segments.valid"),
+    ],
+)
 def test_bad_settings_are_refused_by_key(changes, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         task(**changes)
 
 
 # The prepared data and its answer key
+
 
 def test_prepare_writes_the_task_in_the_prepared_format_with_its_answer_key(tmp_path, monkeypatch):
     from headstudy.prepare import prepare
@@ -193,14 +208,15 @@ def test_an_answer_key_that_disagrees_with_the_stream_is_refused(tmp_path, monke
 
 # The clue-attention measure, on attention made by hand
 
+
 def test_clue_attention_on_hand_made_patterns():
     # Two queries, window of 6 tokens; clue a at column 3 (an older a at 1), clue b at column 4.
     types = np.array([[-1, 0, -1, 0, 1, -1], [1, 0, -1, 0, 1, -1]])
     columns = np.array([[3, 4], [3, 4]])
     weights = np.zeros((2, 3, 6))
-    weights[:, 0, 3] = 1.0                      # head 0: all on clue a
+    weights[:, 0, 3] = 1.0  # head 0: all on clue a
     weights[:, 1, 4], weights[:, 1, 0] = 0.6, 0.4  # head 1: most on clue b; on token 0 the rest
-    weights[:, 2, [1, 3, 4, 5]] = 0.25           # head 2: spread, a quarter on the older a
+    weights[:, 2, [1, 3, 4, 5]] = 0.25  # head 2: spread, a quarter on the older a
     on_clue, older = clue_weights(weights, columns, types)
     assert on_clue[0].tolist() == [[1.0, 0.0], [0.0, 0.6], [0.25, 0.25]]
     assert older[0].tolist() == [[0.0, 0.0], [0.0, 0.0], [0.25, 0.0]]
@@ -232,8 +248,12 @@ def test_windows_end_at_each_query_and_drop_queries_whose_clues_fall_outside():
 def test_scoring_a_model_reads_its_own_attention():
     made = task(2, segment_max=12)
     generated = made.generate("test")
-    key = {"queries": generated.queries, "answers": generated.answers, "clue_positions": generated.clue_positions,
-           "token_types": made.layout.token_types()}
+    key = {
+        "queries": generated.queries,
+        "answers": generated.answers,
+        "clue_positions": generated.clue_positions,
+        "token_types": made.layout.token_types(),
+    }
     torch.manual_seed(0)
     model = Decoder(ModelConfig(vocab_size=257, context=16, width=16, n_heads=2, n_layers=1, mlp_hidden=32))
     scored = score_queries(model, generated.tokens, key, batch_size=64)
@@ -246,8 +266,10 @@ def test_scoring_a_model_reads_its_own_attention():
 
 
 def test_gaps_are_paired_by_seed():
-    models = [{"variant": v, "k": k, "seed": s, "accuracy": acc} for v, k, s, acc in [
-        ("1", 2, 0, 0.3), ("1", 2, 1, 0.5), ("4", 2, 0, 0.9), ("4", 2, 1, 0.8), ("4", 2, 2, 0.1)]]
+    models = [
+        {"variant": v, "k": k, "seed": s, "accuracy": acc}
+        for v, k, s, acc in [("1", 2, 0, 0.3), ("1", 2, 1, 0.5), ("4", 2, 0, 0.9), ("4", 2, 1, 0.8), ("4", 2, 2, 0.1)]
+    ]
     [gap] = gaps(models, "1", "4", [2, 3])
     assert gap["seeds"] == [0, 1] and gap["per_seed"] == pytest.approx([0.6, 0.3])
     assert gap["diff_mean"] == pytest.approx(0.45) and gap["b_better_in"] == 2
@@ -261,8 +283,11 @@ TINY_STUDY = {
     "model": {"preset": "tiny", "width": 32, "mlp_hidden": 64, "init_std": 0.1},
     "trainer": {"max_steps": 30, "val_every_steps": 15},
     "threads": 1,
-    "report": {"title": "Tiny spotlight", "compare": [[1, 2]],
-               "video_claim": {"single": 1, "multi": 4, "single_accuracy": 0.35, "multi_accuracy": 0.75}},
+    "report": {
+        "title": "Tiny spotlight",
+        "compare": [[1, 2]],
+        "video_claim": {"single": 1, "multi": 4, "single_accuracy": 0.35, "multi_accuracy": 0.75},
+    },
 }
 
 
@@ -279,8 +304,10 @@ def test_dvc_repro_of_the_study_scores_every_model_and_reports(tmp_path):
 
     result = run(project, "dvc", "repro", "studies/spotlight/dvc.yaml")
     prefix = "studies/spotlight/dvc.yaml:"
-    assert ran_stages(result.stdout) == {prefix + name for name in (
-        "configure", "prepare@2", "train@1-2-0", "train@2-2-0", "score@1-2-0", "score@2-2-0", "spotlight")}
+    assert ran_stages(result.stdout) == {
+        prefix + name
+        for name in ("configure", "prepare@2", "train@1-2-0", "train@2-2-0", "score@1-2-0", "score@2-2-0", "spotlight")
+    }
     assert_nothing_half_written(study)
     metrics = json.loads((study / "metrics" / "h2-k2-s0.json").read_text())
     assert metrics["heads"] == 2 and metrics["clues"] == 2 and 0 <= metrics["accuracy"] <= 1

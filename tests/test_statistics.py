@@ -2,11 +2,20 @@ import math
 
 import numpy as np
 import pytest
-
 from scipy import stats
 
-from headstudy.analysis.statistics import (additive_fit, against_null, contrast, holm, mean_ci95, paired_difference,
-                                           perplexity_ci95, polynomial_trend, union_combinations, verdict)
+from headstudy.analysis.statistics import (
+    additive_fit,
+    against_null,
+    contrast,
+    holm,
+    mean_ci95,
+    paired_difference,
+    perplexity_ci95,
+    polynomial_trend,
+    union_combinations,
+    verdict,
+)
 
 T_975_2DF = 4.302653  # Student t, 97.5th percentile, 2 degrees of freedom (printed tables: 4.303)
 T_975_1DF = 12.706205
@@ -48,7 +57,8 @@ def test_paired_difference_is_computed_over_common_seeds_on_log_perplexity():
     assert comparison["relative"] == pytest.approx(math.exp(np.mean(log_ratios)) - 1)
     half_width = T_975_2DF * np.std(log_ratios, ddof=1) / math.sqrt(3)
     assert comparison["relative_ci95"] == pytest.approx(
-        [math.expm1(np.mean(log_ratios) - half_width), math.expm1(np.mean(log_ratios) + half_width)], rel=1e-5)
+        [math.expm1(np.mean(log_ratios) - half_width), math.expm1(np.mean(log_ratios) + half_width)], rel=1e-5
+    )
     assert comparison["diff_mean"] == pytest.approx(-7 / 3)  # diffs -2, -2, -3
     assert comparison["significant"] is True
 
@@ -167,13 +177,16 @@ def test_unions_take_every_choice_of_k_members_or_all_when_there_are_fewer():
     assert union_combinations(3, 4) == [(0, 1, 2)]
 
 
-@pytest.mark.parametrize("observed, complete, position", [
-    ([2.5, 2.6], True, "above"),
-    ([1.0, 1.1], True, "below"),
-    ([1.9, 2.5], True, "within"),
-    ([2.5, 2.6], False, "undetermined"),  # above a null of too few heads says nothing
-    ([1.9, 2.5], False, "not above"),
-    ([1.0, 1.1], False, "below"),
-])
+@pytest.mark.parametrize(
+    "observed, complete, position",
+    [
+        ([2.5, 2.6], True, "above"),
+        ([1.0, 1.1], True, "below"),
+        ([1.9, 2.5], True, "within"),
+        ([2.5, 2.6], False, "undetermined"),  # above a null of too few heads says nothing
+        ([1.9, 2.5], False, "not above"),
+        ([1.0, 1.1], False, "below"),
+    ],
+)
 def test_a_model_exceeds_the_null_only_when_every_seed_beats_every_union(observed, complete, position):
     assert against_null(observed, [1.8, 2.0, 2.2], complete) == position

@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, assert_refused, free_port
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, assert_refused, free_port
 from headstudy.bookkeeping import tracking
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 
 # Killed at the worst moment: inside a batch migration of the new store's schema, after alembic
 # has made its _alembic_tmp_ table and before it has copied the old one into it.
@@ -49,6 +49,7 @@ def headstudy(cwd: Path, *args: str, timeout: float = 120, **env_changes: str) -
 @contextmanager
 def deadline(seconds: float) -> Iterator[None]:
     """Fail the block, rather than wait on, if it runs past `seconds`."""
+
     def expire(*_):
         raise TimeoutError(f"still running after {seconds} s")
 
@@ -71,8 +72,14 @@ def store(tmp_path, monkeypatch) -> str:
 
 def test_a_command_killed_while_it_migrates_a_new_store_leaves_the_next_command_a_working_store(tmp_path, store):
     env = {**os.environ, "HEADSTUDY_CONF": str(ROOT / "conf")}
-    killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_MIGRATING], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WHILE_MIGRATING],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr  # it did die inside the migration
 
     # The next command finds no store, or a whole one: it never sees the half-migrated schema.
@@ -81,16 +88,19 @@ def test_a_command_killed_while_it_migrates_a_new_store_leaves_the_next_command_
     assert "_alembic_tmp" not in result.stderr and "cannot open the MLflow store" not in result.stderr
     mlflow_client = MlflowClient(store)
     assert mlflow_client.get_experiment_by_name(tracking.EXPERIMENT) is not None
-    assert sorted(path.name for path in tmp_path.iterdir() if "mlflow.db" in path.name) == \
-        ["mlflow.db", "mlflow.db.lock"]  # and no staged copy left beside it
+    assert sorted(path.name for path in tmp_path.iterdir() if "mlflow.db" in path.name) == [
+        "mlflow.db",
+        "mlflow.db.lock",
+    ]  # and no staged copy left beside it
 
 
 def test_a_store_whose_lock_file_cannot_be_created_is_refused_at_once(tmp_path):
     uri = "sqlite:////proc/x.db"
     started = time.monotonic()
     result = headstudy(tmp_path, "reproduce", "0123456789abcdef", timeout=90, MLFLOW_TRACKING_URI=uri)
-    line = assert_refused(result, "reproduce", "cannot open the MLflow store", uri, "MLFLOW_TRACKING_URI",
-                          "/proc/x.db.lock")
+    line = assert_refused(
+        result, "reproduce", "cannot open the MLflow store", uri, "MLFLOW_TRACKING_URI", "/proc/x.db.lock"
+    )
     assert "cannot be created" in line
     assert time.monotonic() - started < 60
 
@@ -98,9 +108,15 @@ def test_a_store_whose_lock_file_cannot_be_created_is_refused_at_once(tmp_path):
 def test_a_store_locked_by_a_stuck_process_is_refused_after_the_lock_timeout(tmp_path, store, monkeypatch):
     lock = tmp_path / "mlflow.db.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from filelock import FileLock\n"
-         f"held = FileLock({str(lock)!r}); held.acquire(); print('held', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from filelock import FileLock\n"
+            f"held = FileLock({str(lock)!r}); held.acquire(); print('held', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr(tracking, "LOCK_TIMEOUT_S", 1.0)
@@ -144,15 +160,19 @@ def test_a_server_that_is_down_is_refused_within_seconds(monkeypatch):
 def test_a_password_in_the_store_uri_never_shows_in_a_message(tmp_path):
     uri = f"postgresql://analyst:s3cret-pw@127.0.0.1:{free_port()}/runs"
     result = headstudy(tmp_path, "reproduce", "0123456789abcdef", timeout=90, MLFLOW_TRACKING_URI=uri)
-    line = assert_refused(result, "reproduce", "cannot open the MLflow store",
-                          "postgresql://analyst:***@127.0.0.1", "MLFLOW_TRACKING_URI")
+    line = assert_refused(
+        result, "reproduce", "cannot open the MLflow store", "postgresql://analyst:***@127.0.0.1", "MLFLOW_TRACKING_URI"
+    )
     assert "s3cret-pw" not in result.stderr + result.stdout, line
 
 
 def test_redact_hides_the_password_wherever_a_message_repeats_it(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "mysql://analyst:p%40ss-word@db.example:3306/runs")
-    message = ("cannot open mysql://analyst:p%40ss-word@db.example:3306/runs: "
-               "Access denied for user 'analyst' (using password p@ss-word)")
-    assert tracking.redact(message) == ("cannot open mysql://analyst:***@db.example:3306/runs: "
-                                        "Access denied for user 'analyst' (using password ***)")
+    message = (
+        "cannot open mysql://analyst:p%40ss-word@db.example:3306/runs: "
+        "Access denied for user 'analyst' (using password p@ss-word)"
+    )
+    assert tracking.redact(message) == (
+        "cannot open mysql://analyst:***@db.example:3306/runs: Access denied for user 'analyst' (using password ***)"
+    )
     assert tracking.redact("sqlite:///mlflow.db", "sqlite:///mlflow.db") == "sqlite:///mlflow.db"

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import yaml
-
 from conftest import ROOT
 
 LR_STUDY = ROOT / "studies" / "lr-tuning"
@@ -25,7 +24,7 @@ def test_lr_study_tried_four_or_more_rates_per_variant_and_selected_none_at_an_e
     assert sorted(summary["selected_lr"]) == sorted(str(v) for v in variants)
     for variant in summary["selected_lr"]:
         tried = sorted(point["lr"] for point in summary["lr_grid"] if point["variant"] == variant)
-        assert len(tried) >= 4 and all(b / a <= 2.01 for a, b in zip(tried, tried[1:])), (variant, tried)
+        assert len(tried) >= 4 and all(b / a <= 2.01 for a, b in zip(tried, tried[1:], strict=False)), (variant, tried)
         assert tried[0] < summary["selected_lr"][variant] < tried[-1], (variant, tried)
 
 
@@ -35,8 +34,9 @@ def test_default_study_trains_each_variant_at_the_learning_rate_the_lr_study_sel
     assert [str(v) for v in study["variants"]] == list(lr_summary()["selected_lr"])
     for variant, lr in lr_summary()["selected_lr"].items():
         assert overrides[variant] == [f"optimizer.lr={lr:g}"], variant
-    composed = subprocess.run(["headstudy", "config", "variant=1-mix"], cwd=ROOT, capture_output=True, text=True,
-                              check=True)
+    composed = subprocess.run(
+        ["headstudy", "config", "variant=1-mix"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert yaml.safe_load(composed.stdout)["optimizer"]["lr"] == lr_summary()["selected_lr"]["1-mix"]
 
 
@@ -58,7 +58,11 @@ def numbers_only(tree) -> bool:
 
 def test_every_metrics_file_of_the_default_study_holds_numbers_only():
     # The files dvc.yaml declares as metrics, which `dvc metrics show` and `dvc exp show` list.
-    files = [ROOT / "metrics" / "baselines.json", ROOT / "reports" / "metrics.json", *(ROOT / "metrics").glob("h*.json")]
+    files = [
+        ROOT / "metrics" / "baselines.json",
+        ROOT / "reports" / "metrics.json",
+        *(ROOT / "metrics").glob("h*.json"),
+    ]
     assert len(files) == 2 + 12
     for path in files:
         assert numbers_only(json.loads(path.read_text())), path
@@ -67,12 +71,18 @@ def test_every_metrics_file_of_the_default_study_holds_numbers_only():
 def test_every_committed_lock_matches_the_committed_code_and_settings():
     """A stage whose code, config or params differ from what its dvc.lock recorded has stale
     committed results. Only the deps that git holds count: a fresh clone has no outputs."""
-    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                                 check=True).stdout.splitlines())
+    tracked = set(
+        subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    )
     stale = {}
     for pipeline in [ROOT / "dvc.yaml", *sorted((ROOT / "studies").glob("*/dvc.yaml"))]:
-        shown = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", str(pipeline.relative_to(ROOT))],
-                               cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        shown = subprocess.run(
+            [sys.executable, "-m", "dvc", "status", "--json", str(pipeline.relative_to(ROOT))],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         for stage, changes in json.loads(shown or "{}").items():
             for change in changes:
                 deps = change.get("changed deps", {}) if isinstance(change, dict) else {}

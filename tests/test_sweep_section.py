@@ -14,19 +14,34 @@ from headstudy.analysis.sweep import sweep_section
 
 HEADS = [1, 2, 4, 8, 16, 32]
 # The committed sweep's test perplexities (studies/heads-sweep, seeds 0 and 1).
-COMMITTED = {1: (18.7251, 18.6496), 2: (18.6840, 18.6289), 4: (18.4819, 18.2126), 8: (18.3277, 18.2898),
-             16: (18.4681, 18.3194), 32: (18.6978, 18.4796)}
+COMMITTED = {
+    1: (18.7251, 18.6496),
+    2: (18.6840, 18.6289),
+    4: (18.4819, 18.2126),
+    8: (18.3277, 18.2898),
+    16: (18.4681, 18.3194),
+    32: (18.6978, 18.4796),
+}
 
 
 def rows(ppl: dict[int, tuple[float, float]]) -> list[dict]:
-    return [{"heads": h, "label": f"{h} heads", "seeds": [0, 1], "test_ppl": list(p),
-             "test_ppl_mean": math.sqrt(p[0] * p[1]), "test_ppl_ci95": [min(p), max(p)]} for h, p in ppl.items()]
+    return [
+        {
+            "heads": h,
+            "label": f"{h} heads",
+            "seeds": [0, 1],
+            "test_ppl": list(p),
+            "test_ppl_mean": math.sqrt(p[0] * p[1]),
+            "test_ppl_ci95": [min(p), max(p)],
+        }
+        for h, p in ppl.items()
+    ]
 
 
 def shaped(log_means) -> dict[int, tuple[float, float]]:
     """Two seeds around the given log-perplexities, with a little noise that differs by head count."""
     noise = 0.002 * np.array([1, -1, 1, -1, 1, -1])
-    return {h: (math.exp(3 + m + e), math.exp(3.01 + m - e)) for h, m, e in zip(HEADS, log_means, noise)}
+    return {h: (math.exp(3 + m + e), math.exp(3.01 + m - e)) for h, m, e in zip(HEADS, log_means, noise, strict=False)}
 
 
 def test_the_committed_sweep_has_a_head_effect_that_its_pairs_cannot_see(tmp_path):
@@ -41,12 +56,15 @@ def test_the_committed_sweep_has_a_head_effect_that_its_pairs_cannot_see(tmp_pat
     assert (tmp_path / "sweep.png").is_file()
 
 
-@pytest.mark.parametrize("log_means, agrees, phrase", [
-    (0.01 * (np.log2(HEADS) - 2.5) ** 2, True, "That is the shape of Vaswani et al.'s row."),
-    (-0.01 * (np.log2(HEADS) - 2.5) ** 2, False, "without an optimum inside the head counts tried"),
-    (-0.01 * np.log2(HEADS), None, "These seeds resolve no curvature, only a trend across the range"),
-    (np.zeros(6), None, "has no clear effect"),
-])
+@pytest.mark.parametrize(
+    "log_means, agrees, phrase",
+    [
+        (0.01 * (np.log2(HEADS) - 2.5) ** 2, True, "That is the shape of Vaswani et al.'s row."),
+        (-0.01 * (np.log2(HEADS) - 2.5) ** 2, False, "without an optimum inside the head counts tried"),
+        (-0.01 * np.log2(HEADS), None, "These seeds resolve no curvature, only a trend across the range"),
+        (np.zeros(6), None, "has no clear effect"),
+    ],
+)
 def test_sweep_agrees_with_vaswani_only_when_the_numbers_show_an_inner_optimum(tmp_path, log_means, agrees, phrase):
     blocks, result = sweep_section(rows(shaped(log_means)), tokens_per_word=1.884, figure_dir=tmp_path)
     assert result["agrees_with_vaswani"] is agrees

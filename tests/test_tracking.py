@@ -22,12 +22,12 @@ import mlflow
 import pytest
 import torch
 import yaml
-
 from conftest import ROOT, served_mlflow
 from tinyproject import set_threads
+
+from headstudy.analysis.statistics import paired_difference
 from headstudy.bookkeeping import tracking
 from headstudy.formats.trained import load_model
-from headstudy.analysis.statistics import paired_difference
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,13 @@ WORDS = "the cat sat on a mat dog ran after bird sang wet street animal crossed 
 
 def command(project: Path, *args: str) -> str:
     env = {key: value for key, value in os.environ.items() if key not in ("MLFLOW_TRACKING_URI", "HEADSTUDY_CONF")}
-    env.update(DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t")
+    env.update(
+        DVC_NO_ANALYTICS="1",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+    )
     result = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise AssertionError(f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
@@ -60,8 +65,12 @@ def tiny_project(project: Path) -> None:
     lines = (" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))) for _ in range(1500))
     (project / "corpus/a.txt").write_text("\n".join(lines) + "\n")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params.update(study={"variants": [1], "seeds": [0]}, data={"corpus": "textdir"}, model={"preset": "tiny"},
-                  trainer={"max_steps": 25, "val_every_steps": 10})
+    params.update(
+        study={"variants": [1], "seeds": [0]},
+        data={"corpus": "textdir"},
+        model={"preset": "tiny"},
+        trainer={"max_steps": 25, "val_every_steps": 10},
+    )
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     command(project, "git", "init", "-q")
     command(project, "dvc", "init", "-q")
@@ -78,8 +87,9 @@ class Rest:
             return json.load(reply)
 
     def post(self, path: str, body: dict) -> dict:
-        request = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=30) as reply:
             return json.load(reply)
 
@@ -98,8 +108,13 @@ def study(tmp_path_factory):
     summary = {
         "rows": [{"variant": "1", "test_ppl_mean": evaluated["test_ppl"]}],
         # A comparison over two seeds, as the report computes one.
-        "comparisons": [{"variant_a": "1", "variant_b": "4",
-                         **paired_difference({0: 40.0, 1: 42.0}, {0: 30.0, 1: 33.0}, "1 head", "4 heads")}],
+        "comparisons": [
+            {
+                "variant_a": "1",
+                "variant_b": "4",
+                **paired_difference({0: 40.0, 1: 42.0}, {0: 30.0, 1: 33.0}, "1 head", "4 heads"),
+            }
+        ],
     }
     (project / "reports/summary.json").write_text(json.dumps(summary))
     with pytest.MonkeyPatch.context() as patch:  # as DVC runs the report stage of this experiment
@@ -253,9 +268,11 @@ def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_
 
     saved = mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"]
     columns = json.loads(json.loads(saved)["state"])["selectedColumns"]
-    assert columns[:len(tracking.RESULTS_COLUMNS)] == tracking.RESULTS_COLUMNS
-    assert columns[len(tracking.RESULTS_COLUMNS):] == ["metrics.`compare/4_vs_1/relative`",
-                                                      "metrics.`compare/8_vs_4/relative`"]
+    assert columns[: len(tracking.RESULTS_COLUMNS)] == tracking.RESULTS_COLUMNS
+    assert columns[len(tracking.RESULTS_COLUMNS) :] == [
+        "metrics.`compare/4_vs_1/relative`",
+        "metrics.`compare/8_vs_4/relative`",
+    ]
 
 
 # Runs by hand, under DVC and of `headstudy reproduce`, in a folder of their own: a git
@@ -269,11 +286,23 @@ def by_hand(folder: Path, *args: str, wait: bool = True, **env_changes: str):
     """`headstudy ARGS` in folder with the project's conf/ and the store folder/mlflow.db: by hand
     (no DVC_STAGE) unless env_changes set one."""
     env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "DVC_EXP_NAME")}
-    env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
-                **env_changes})
+    env.update(
+        {
+            "HEADSTUDY_CONF": str(ROOT / "conf"),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+            **env_changes,
+        }
+    )
     if not wait:
-        return subprocess.Popen(["headstudy", *args], cwd=folder, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return subprocess.Popen(
+            ["headstudy", *args],
+            cwd=folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
     result = subprocess.run(["headstudy", *args], cwd=folder, env=env, capture_output=True, text=True)
     assert result.returncode in (0, 1), f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result
@@ -281,9 +310,15 @@ def by_hand(folder: Path, *args: str, wait: bool = True, **env_changes: str):
 
 def git_repository(folder: Path) -> str:
     """folder as a git repository with one commit and a change to it; the commit."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder,
-                              check=True, capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=folder,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
 
     git("init", "-q")
     (folder / "notes.txt").write_text("first\n")
@@ -300,8 +335,11 @@ def runs_of(folder: Path, *experiment_names: str) -> list:
         found = [mlflow_client.get_experiment_by_name(name) for name in experiment_names]
     else:
         found = mlflow_client.search_experiments()
-    return mlflow_client.search_runs([experiment.experiment_id for experiment in found if experiment]) \
-        if any(found) else []
+    return (
+        mlflow_client.search_runs([experiment.experiment_id for experiment in found if experiment])
+        if any(found)
+        else []
+    )
 
 
 @pytest.fixture(scope="module")
@@ -319,10 +357,12 @@ def tracked(tmp_path_factory):
     by_hand(folder, "evaluate", *HAND_DATA, *HAND_TINY, DVC_STAGE="evaluate@1-0")
     [staged] = [run for run in runs_of(folder, "headstudy") if run.info.run_name == "h1-s0"]
     reproduced = by_hand(folder, "reproduce", staged.info.run_id)
-    trained = by_hand(folder, "train", *HAND_DATA, *HAND_TINY, "seed=1", "paths.models=hand-models",
-                      "paths.metrics=hand-metrics")
-    by_hand(folder, "evaluate", *HAND_DATA, *HAND_TINY, "seed=1", "paths.models=hand-models",
-            "paths.metrics=hand-metrics")
+    trained = by_hand(
+        folder, "train", *HAND_DATA, *HAND_TINY, "seed=1", "paths.models=hand-models", "paths.metrics=hand-metrics"
+    )
+    by_hand(
+        folder, "evaluate", *HAND_DATA, *HAND_TINY, "seed=1", "paths.models=hand-models", "paths.metrics=hand-metrics"
+    )
     return SimpleNamespace(folder=folder, commit=commit, staged=staged, reproduced=reproduced, trained=trained)
 
 
@@ -369,8 +409,11 @@ def test_provenance_is_logged_as_text_files_the_ui_previews(tracked):
     assert {"provenance/requirements-frozen.txt", "provenance/git-diff.txt"} <= logged
     previewed = ui_text_extensions()
     assert {path for path in logged if path.rsplit(".", 1)[-1] not in previewed} == set()
-    diff = Path(mlflow_client.download_artifacts(manual.info.run_id, "provenance/git-diff.txt",
-                                                 str(tracked.folder / "downloaded")))
+    diff = Path(
+        mlflow_client.download_artifacts(
+            manual.info.run_id, "provenance/git-diff.txt", str(tracked.folder / "downloaded")
+        )
+    )
     assert "+second, not committed" in diff.read_text()
 
 
@@ -429,8 +472,17 @@ def wait_for_checkpoint(folder: Path, name: str, training: subprocess.Popen) -> 
 @pytest.mark.parametrize("interruption, seed, status", [(signal.SIGINT, 20, 130), (signal.SIGTERM, 21, 143)])
 def test_an_interrupted_training_is_marked_killed_not_failed(tracked, interruption, seed, status):
     folder = tracked.folder
-    training = by_hand(folder, "train", *HAND_DATA, "model=tiny", "threads=1", f"seed={seed}",
-                       "trainer.max_steps=4000", "trainer.val_every_steps=10", wait=False)
+    training = by_hand(
+        folder,
+        "train",
+        *HAND_DATA,
+        "model=tiny",
+        "threads=1",
+        f"seed={seed}",
+        "trainer.max_steps=4000",
+        "trainer.val_every_steps=10",
+        wait=False,
+    )
     try:
         wait_for_checkpoint(folder, f"h1-s{seed}", training)
         training.send_signal(interruption)  # Ctrl-C, or a scheduler's preemption

@@ -9,9 +9,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from mlflow.tracking import MlflowClient
-
 from conftest import ROOT
+from mlflow.tracking import MlflowClient
 
 TINY = {
     "study": {"variants": [1], "seeds": [0]},

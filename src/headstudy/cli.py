@@ -14,6 +14,7 @@ from pathlib import Path
 
 # Each command and the conf/ groups it reads (for its --help).
 COMMANDS = {
+    "fingerprint": (),
     "configure": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
     "prepare": ("data",),
     "baselines": ("data", "baselines"),
@@ -28,8 +29,12 @@ COMMANDS = {
     "reproduce": (),
     "experiments": (),
 }
-ARGUMENTS = {"reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]", "configure": "",
-             "experiments": "[dvc exp show options]"}
+ARGUMENTS = {
+    "reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]",
+    "configure": "",
+    "fingerprint": "",
+    "experiments": "[dvc exp show options]",
+}
 # Commands that run as DVC stages and so can read a file of configs/.
 STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "spotlight")
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
@@ -50,8 +55,11 @@ def description(command: str) -> str:
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {summary(description(name))}" for name in COMMANDS]
-    return ("usage: headstudy COMMAND [key=value ...]\n\ncommands:\n" + "\n".join(lines)
-            + "\n\n`headstudy COMMAND --help` describes a command and the config groups it reads.")
+    return (
+        "usage: headstudy COMMAND [key=value ...]\n\ncommands:\n"
+        + "\n".join(lines)
+        + "\n\n`headstudy COMMAND --help` describes a command and the config groups it reads."
+    )
 
 
 def summary(text: str) -> str:
@@ -70,28 +78,39 @@ def command_help(command: str) -> str:
     arguments = ARGUMENTS.get(command, "[key=value ...]")
     lines = [f"usage: headstudy {command} {arguments}", "", description(command), ""]
     if command in STAGES:
-        lines += ["Under `dvc repro` it reads `--config configs/...`, the file the configure stage wrote; "
-                  "by hand it composes the same settings from conf/, params.yaml and the overrides.", ""]
+        lines += [
+            "Under `dvc repro` it reads `--config configs/...`, the file the configure stage wrote; "
+            "by hand it composes the same settings from conf/, params.yaml and the overrides.",
+            "",
+        ]
     if not COMMANDS[command]:
         lines.append("It composes no config group.")
         return "\n".join(lines)
     defaults = default_options(directory)
     # The values a run by hand gets: conf/ with this folder's params.yaml, as `headstudy config` shows.
     composed = OmegaConf.to_container(compose_config([]))
-    lines.append(f"Config groups it reads (from {directory}; choose a file with GROUP=OPTION, "
-                 "set a key with GROUP.KEY=VALUE; the values are those a run here gets):")
+    lines.append(
+        f"Config groups it reads (from {directory}; choose a file with GROUP=OPTION, "
+        "set a key with GROUP.KEY=VALUE; the values are those a run here gets):"
+    )
     for group in COMMANDS[command]:
-        options = [f"{option} (default)" if option == defaults.get(group) else option
-                   for option in group_options(directory, group)]
+        options = [
+            f"{option} (default)" if option == defaults.get(group) else option
+            for option in group_options(directory, group)
+        ]
         lines.append(f"  {group:<10} options: {', '.join(options)}")
-        values = ", ".join(f"{key}={value}" for key, value in composed.get(group, {}).items()
-                           if not isinstance(value, dict))
+        values = ", ".join(
+            f"{key}={value}" for key, value in composed.get(group, {}).items() if not isinstance(value, dict)
+        )
         lines.append(f"  {'':<10} keys: {values}")
     if "model" in COMMANDS[command]:
-        lines.append(f"  {'variant':<10} a head count, or H-NAME for H heads and conf/variants/NAME.yaml: "
-                     f"{', '.join(group_options(directory, 'variants'))}")
-    top = ", ".join(f"{key}={value}" for key, value in composed.items()
-                    if not isinstance(value, dict) and key not in ("name",))
+        lines.append(
+            f"  {'variant':<10} a head count, or H-NAME for H heads and conf/variants/NAME.yaml: "
+            f"{', '.join(group_options(directory, 'variants'))}"
+        )
+    top = ", ".join(
+        f"{key}={value}" for key, value in composed.items() if not isinstance(value, dict) and key not in ("name",)
+    )
     lines += ["", f"Other keys: {top}.", "`headstudy config [key=value ...]` prints the resolved config."]
     return "\n".join(lines)
 
@@ -104,7 +123,7 @@ def fail(message: str) -> None:
 def load_config(command: str, args: list[str]):
     """The stage's config: the file after --config, or composed from conf/, params.yaml and args."""
     if args[:1] == ["--config"]:
-        from headstudy.formats.errors import ConfigError
+        from headstudy.common.errors import ConfigError
         from headstudy.formats.runconfig import read_config
 
         if len(args) != 2:
@@ -135,19 +154,24 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = args[0], args[1:]
     if command not in COMMANDS:
         close = difflib.get_close_matches(command, COMMANDS, n=1)
-        fail(f"unknown command {command!r}" + (f" (did you mean {close[0]}?)" if close else "")
-             + f"; the commands are {', '.join(COMMANDS)}")
+        fail(
+            f"unknown command {command!r}"
+            + (f" (did you mean {close[0]}?)" if close else "")
+            + f"; the commands are {', '.join(COMMANDS)}"
+        )
     if any(arg in HELP_FLAGS for arg in rest):
         print(command_help(command))
         return
-    from headstudy.formats.errors import ConfigError
+    from headstudy.common.errors import ConfigError
 
     try:
         # Hydra's own flags (--cfg job, --multirun): headstudy composes with Hydra but is no Hydra app.
         flags = [arg for arg in rest if arg.startswith("-") and arg != "--config"]
         if flags and command != "experiments":
-            raise ConfigError(f"{flags[0]} is not an option of headstudy; settings are key=value, and "
-                              "`headstudy config [key=value ...]` prints the config they compose")
+            raise ConfigError(
+                f"{flags[0]} is not an option of headstudy; settings are key=value, and "
+                "`headstudy config [key=value ...]` prints the config they compose"
+            )
         if command == "config":
             from omegaconf import OmegaConf
 
@@ -157,14 +181,10 @@ def main(argv: list[str] | None = None) -> None:
         elif command in STAGES:
             config = load_config(command, rest)
             if command == "train":
-                from headstudy.bookkeeping.guards import no_half_written_model
                 from headstudy.bookkeeping.jobs import outliving_checkpoints
 
                 config.paths.checkpoints = str(outliving_checkpoints(config))
-                with no_half_written_model(Path(config.paths.models) / config.name):
-                    importlib.import_module("headstudy.train").main(config)
-            else:
-                importlib.import_module(f"headstudy.{command}").main(config)
+            importlib.import_module(f"headstudy.{command}").main(config)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)
     except ConfigError as error:

@@ -9,12 +9,12 @@ every file is composed and checked."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
+from headstudy.common.files import staged_folder
 from headstudy.formats.names import model_name, parse_variant, task_folder
 from headstudy.formats.runconfig import config_text, training_section
 from headstudy.settings.compose import PARAMS_FILE, compose_config, read_params, stage_config
@@ -65,8 +65,16 @@ def study_models(params: dict) -> list[dict]:
                     overrides = [f"variant={variant}", f"seed={seed}", *task_overrides(clues)]
                     if lr is not None:
                         overrides.append(f"optimizer.lr={lr}")
-                    models.append({"name": model_name(variant, seed, lr, clues), "variant": variant,
-                                   "seed": seed, "lr": lr, "clues": clues, "overrides": overrides})
+                    models.append(
+                        {
+                            "name": model_name(variant, seed, lr, clues),
+                            "variant": variant,
+                            "seed": seed,
+                            "lr": lr,
+                            "clues": clues,
+                            "overrides": overrides,
+                        }
+                    )
     return models
 
 
@@ -92,12 +100,15 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
         files[f"train/{model['name']}.yaml"] = stage_config("train", config)
     shared = compose_config(list(overrides), params)
     for clues in dict.fromkeys(model["clues"] for model in models if model["clues"] is not None):
-        files[f"prepare/k{clues}.yaml"] = stage_config("prepare", compose_config([*overrides, *task_overrides(clues)], params))
+        files[f"prepare/k{clues}.yaml"] = stage_config(
+            "prepare", compose_config([*overrides, *task_overrides(clues)], params)
+        )
     files["prepare.yaml"] = stage_config("prepare", shared)
     files["baselines.yaml"] = stage_config("baselines", shared)
     inspect = stage_config("inspect", shared)
-    inspect.models = [{"name": model["name"], "training": training_section(files[f"train/{model['name']}.yaml"])}
-                      for model in models]  # in study order
+    inspect.models = [
+        {"name": model["name"], "training": training_section(files[f"train/{model['name']}.yaml"])} for model in models
+    ]  # in study order
     files["inspect.yaml"] = inspect
     summary = stage_config("report", shared)
     summary.study = OmegaConf.create(params["study"])
@@ -109,16 +120,14 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
 
 def configure(folder: Path = CONFIGS) -> None:
     files = resolve(read_params(required=True))
-    staging = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    for relative, config in files.items():
-        path = staging / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(config_text(config))
-    shutil.rmtree(folder, ignore_errors=True)
-    staging.rename(folder)
-    print(f"configure: {len(files)} config files in {folder}/, "
-          f"{sum(name.startswith('train/') for name in files)} models")
+    with staged_folder(folder) as staging:
+        for relative, config in files.items():
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(config_text(config))
+    print(
+        f"configure: {len(files)} config files in {folder}/, {sum(name.startswith('train/') for name in files)} models"
+    )
 
 
 def main(args: list[str]) -> None:

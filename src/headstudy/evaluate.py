@@ -16,18 +16,17 @@ from omegaconf import DictConfig
 
 from headstudy.analysis.perplexity import perplexity, stream_nll
 from headstudy.bookkeeping import guards, jobs, tracking
-from headstudy.formats.errors import ConfigError
-from headstudy.formats.files import write_json
+from headstudy.common.errors import ConfigError
+from headstudy.common.files import write_json
 from headstudy.formats.prepared import check_length, load_stats, load_tokens, tokens_path
-from headstudy.formats.checked import load_checked
-from headstudy.formats.trained import model_dir
+from headstudy.formats.trained import load_trained, model_dir
 
 
 def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     """run_id: the MLflow run to log test/ppl to; by default the run that trained these weights."""
     guards.refuse_pipeline_outputs(config, "metrics")
     torch.set_num_threads(jobs.torch_threads(config.threads))
-    model, run = load_checked(config)
+    model, run = load_trained(config)
     prepared = Path(config.paths.prepared)
     test = load_tokens(prepared, "test")
     check_length(test, 2, tokens_path(prepared, "test"), "a test perplexity")
@@ -38,8 +37,10 @@ def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     total, count = stream_nll(model, test, config.data.batch_size)
     metrics.update(test_ppl=perplexity(total, count), test_nll=total, test_tokens_predicted=count)
     if not math.isfinite(metrics["test_ppl"]):
-        raise ConfigError(f"{model_dir(config)} gives test perplexity {metrics['test_ppl']} (total NLL {total}): "
-                          "the model is broken; train it again")
+        raise ConfigError(
+            f"{model_dir(config)} gives test perplexity {metrics['test_ppl']} (total NLL {total}): "
+            "the model is broken; train it again"
+        )
     test_words = stats["test"]["words"] + stats["test"]["lines"]  # one end-of-line per line
     metrics["test_word_ppl"] = perplexity(metrics["test_nll"], test_words)
     print(f"evaluate: {run['name']}: test perplexity {metrics['test_ppl']:.2f}")
@@ -47,8 +48,11 @@ def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     write_json(Path(config.paths.metrics) / f"{run['name']}.json", metrics)
     run_id = run_id or tracking.find_training_run(run["name"], run["weights_sha256"])
     if run_id is None:
-        print(f"evaluate: warning: no finished MLflow run {run['name']} with weights.sha256="
-              f"{run['weights_sha256'][:12]}... in {tracking.redact(tracking.tracking_uri())}: test/ppl not logged", file=sys.stderr)
+        print(
+            f"evaluate: warning: no finished MLflow run {run['name']} with weights.sha256="
+            f"{run['weights_sha256'][:12]}... in {tracking.redact(tracking.tracking_uri())}: test/ppl not logged",
+            file=sys.stderr,
+        )
     else:
         tracking.log_metrics(run_id, {"test/ppl": metrics["test_ppl"], "test/word_ppl": metrics["test_word_ppl"]})
     return metrics

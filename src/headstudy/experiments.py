@@ -16,7 +16,7 @@ import pandas as pd
 
 from headstudy.analysis.headline import numeric_leaves
 from headstudy.bookkeeping.provenance import flatten
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 
 PARAMS = "params.yaml"
 METRICS = "reports/metrics.json"
@@ -26,8 +26,9 @@ COMPARISON_SUFFIX = "/per_token"
 def shown_experiments(options: list[str]) -> list[dict]:
     """What `dvc exp show --json` says, or a one-line error with DVC's own message."""
     # DVC of this environment (a dependency), whether or not its scripts are on PATH.
-    result = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json", *options],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "dvc", "exp", "show", "--json", *options], capture_output=True, text=True
+    )
     if result.returncode != 0:
         message = next((line for line in result.stderr.splitlines() if line.strip()), "no message")
         raise ConfigError(f"dvc exp show failed: {message}")
@@ -61,8 +62,14 @@ def rows(shown: list[dict]) -> list[tuple[str, dict, dict]]:
 
 def metric_names(found: list[tuple[str, dict, dict]], prefix: str, suffix: str = "") -> list[str]:
     """What stands between prefix and suffix in the rows' metric names, in order of appearance."""
-    return list(dict.fromkeys(name.removeprefix(prefix).removesuffix(suffix) for _, _, metrics in found
-                              for name in metrics if name.startswith(prefix) and name.endswith(suffix)))
+    return list(
+        dict.fromkeys(
+            name.removeprefix(prefix).removesuffix(suffix)
+            for _, _, metrics in found
+            for name in metrics
+            if name.startswith(prefix) and name.endswith(suffix)
+        )
+    )
 
 
 def table(shown: list[dict]) -> pd.DataFrame:
@@ -73,13 +80,19 @@ def table(shown: list[dict]) -> pd.DataFrame:
     comparisons = metric_names(found, "change_pct/", COMPARISON_SUFFIX)
     # A setting by its last part (`max_steps`) where that names one of them: the table stays narrow.
     last_parts = [key.rsplit(".", 1)[-1] for key in changed]
-    headers = {key: part if last_parts.count(part) == 1 else key for key, part in zip(changed, last_parts)}
+    headers = {
+        key: part if last_parts.count(part) == 1 else key for key, part in zip(changed, last_parts, strict=False)
+    }
     records = []
     for name, params, metrics in found:
         record = {"experiment": name, **{headers[key]: params.get(key, "") for key in changed}}
         record.update({f"ppl {variant}": metrics.get(f"test_ppl/{variant}") for variant in variants})
-        record.update({f"{pair.replace('_vs_', ' vs ')} %": metrics.get(f"change_pct/{pair}{COMPARISON_SUFFIX}")
-                       for pair in comparisons})
+        record.update(
+            {
+                f"{pair.replace('_vs_', ' vs ')} %": metrics.get(f"change_pct/{pair}{COMPARISON_SUFFIX}")
+                for pair in comparisons
+            }
+        )
         records.append(record)
     return pd.DataFrame.from_records(records)
 

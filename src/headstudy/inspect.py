@@ -27,10 +27,10 @@ from headstudy.analysis.clues import capturing
 from headstudy.analysis.perplexity import perplexity, stream_nll
 from headstudy.analysis.statistics import against_null, nan_to_null, union_combinations
 from headstudy.bookkeeping import guards, jobs
-from headstudy.formats.errors import ConfigError, first_line
-from headstudy.formats.files import write_json
+from headstudy.common.errors import ConfigError, first_line
+from headstudy.common.files import write_json
 from headstudy.formats.prepared import TOKENIZER_FILE, load_tokens
-from headstudy.formats.checked import load_checked
+from headstudy.formats.trained import load_trained
 from headstudy.weights.batches import stream_batches
 from headstudy.weights.model import Decoder
 
@@ -68,12 +68,17 @@ def spotlight_scores(weights: torch.Tensor, substantial: float) -> dict[str, tor
     covered = (rows > substantial).any(dim=1).sum(-1)  # (B, T-1)
     top1 = rows.argmax(-1)  # (B, H, T-1)
     distinct = (top1[:, :, None, :] == torch.arange(weights.shape[-1])[None, None, :, None]).any(1).sum(1)
-    return {"covered_positions": covered.sum().float(), "distinct_top1": distinct.sum().float(),
-            "positions": torch.tensor(float(rows.shape[0] * rows.shape[2]))}
+    return {
+        "covered_positions": covered.sum().float(),
+        "distinct_top1": distinct.sum().float(),
+        "positions": torch.tensor(float(rows.shape[0] * rows.shape[2])),
+    }
 
 
 @torch.no_grad()
-def attention_measures(model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float) -> tuple[list[dict], list[dict]]:
+def attention_measures(
+    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float
+) -> tuple[list[dict], list[dict]]:
     """Mean scores per (layer, head), and the spotlight measures per layer, over every query
     position t >= 1 of the stream."""
     model.eval()
@@ -85,19 +90,28 @@ def attention_measures(model: Decoder, tokens: np.ndarray, batch_size: int, subs
             if inputs.shape[1] < 2:
                 continue
             model(inputs)
-            for heads_total, layer_total, layer in zip(head_totals, layer_totals, layers):
-                for total, scores in ((heads_total, attention_scores(layer.captured_weights)),
-                                      (layer_total, spotlight_scores(layer.captured_weights, substantial))):
+            for heads_total, layer_total, layer in zip(head_totals, layer_totals, layers, strict=False):
+                for total, scores in (
+                    (heads_total, attention_scores(layer.captured_weights)),
+                    (layer_total, spotlight_scores(layer.captured_weights, substantial)),
+                ):
                     for key, value in scores.items():
                         total[key] = total.get(key, 0) + value
     head_rows, layer_rows = [], []
-    for layer_index, (heads_total, layer_total) in enumerate(zip(head_totals, layer_totals)):
+    for layer_index, (heads_total, layer_total) in enumerate(zip(head_totals, layer_totals, strict=False)):
         positions = heads_total.pop("positions")
         for head in range(model.config.n_heads):
-            head_rows.append({"layer": layer_index, "head": head,
-                              **{key: float(value[head] / positions) for key, value in heads_total.items()}})
+            head_rows.append(
+                {
+                    "layer": layer_index,
+                    "head": head,
+                    **{key: float(value[head] / positions) for key, value in heads_total.items()},
+                }
+            )
         positions = layer_total.pop("positions")
-        layer_rows.append({"layer": layer_index, **{key: float(value / positions) for key, value in layer_total.items()}})
+        layer_rows.append(
+            {"layer": layer_index, **{key: float(value / positions) for key, value in layer_total.items()}}
+        )
     return head_rows, layer_rows
 
 
@@ -144,15 +158,26 @@ def summarise(per_model: list[dict], key: str, group_by: tuple[str, ...], measur
         for row in model[key]:
             row = {**row, "variant": model["variant"], "heads": model["heads"], "seed": model["seed"]}
             groups.setdefault(tuple(row[g] for g in group_by), []).append(row)
-    return [{**dict(zip(group_by, group)), "heads": rows[0]["heads"], "seeds": [r["seed"] for r in rows],
-             **({"head_by_seed": [r["head"] for r in rows]} if "head" in rows[0] else {}),
-             **{m: mean_sd([r[m] for r in rows]) for m in measures}}
-            for group, rows in groups.items()]
+    return [
+        {
+            **dict(zip(group_by, group, strict=False)),
+            "heads": rows[0]["heads"],
+            "seeds": [r["seed"] for r in rows],
+            **({"head_by_seed": [r["head"] for r in rows]} if "head" in rows[0] else {}),
+            **{m: mean_sd([r[m] for r in rows]) for m in measures},
+        }
+        for group, rows in groups.items()
+    ]
 
 
 @torch.no_grad()
-def union_coverage(models: list[Decoder], groups: list[tuple[int, ...]], tokens: np.ndarray, batch_size: int,
-                   thresholds: tuple[float, ...]) -> np.ndarray:
+def union_coverage(
+    models: list[Decoder],
+    groups: list[tuple[int, ...]],
+    tokens: np.ndarray,
+    batch_size: int,
+    thresholds: tuple[float, ...],
+) -> np.ndarray:
     """(groups, layers, thresholds): per query position t >= 1, the mean number of positions that
     get more than the threshold from at least one head of at least one model of the group, every
     model reading the same windows."""
@@ -179,8 +204,9 @@ def union_coverage(models: list[Decoder], groups: list[tuple[int, ...]], tokens:
     return totals / queries
 
 
-def spotlight_null(loaded: list[dict], multi: str, tokens: np.ndarray, batch_size: int,
-                   thresholds: tuple[float, ...]) -> dict:
+def spotlight_null(
+    loaded: list[dict], multi: str, tokens: np.ndarray, batch_size: int, thresholds: tuple[float, ...]
+) -> dict:
     """The coverage of each seed of the `multi` variant (k heads) against its null: the union of
     k single heads trained independently (every model of the study with one head, taken k at a
     time in every combination), at each threshold. With fewer than k single-head models the null
@@ -198,15 +224,31 @@ def spotlight_null(loaded: list[dict], multi: str, tokens: np.ndarray, batch_siz
     for layer in range(coverage.shape[1]):
         for column, threshold in enumerate(thresholds):
             observed = coverage[: len(multis), layer, column]
-            alone = coverage[len(multis): len(multis) + len(singles), layer, column]
-            null = coverage[len(multis) + len(singles):, layer, column]
-            rows.append({"layer": layer, "threshold": threshold, "multi_covered": observed.tolist(),
-                         "single_covered": alone.tolist(), "null_covered": null.tolist(),
-                         "null_mean": float(null.mean()), "null_min": float(null.min()), "null_max": float(null.max()),
-                         "position": against_null(observed, null, complete=len(singles) >= k)})
-    return {"multi": multi, "heads": k, "multi_seeds": [loaded[i]["seed"] for i in multis],
-            "singles": [{"variant": loaded[i]["variant"], "seed": loaded[i]["seed"]} for i in singles], "null_heads": min(k, len(singles)),
-            "null_unions": len(unions), "complete": len(singles) >= k, "rows": rows}
+            alone = coverage[len(multis) : len(multis) + len(singles), layer, column]
+            null = coverage[len(multis) + len(singles) :, layer, column]
+            rows.append(
+                {
+                    "layer": layer,
+                    "threshold": threshold,
+                    "multi_covered": observed.tolist(),
+                    "single_covered": alone.tolist(),
+                    "null_covered": null.tolist(),
+                    "null_mean": float(null.mean()),
+                    "null_min": float(null.min()),
+                    "null_max": float(null.max()),
+                    "position": against_null(observed, null, complete=len(singles) >= k),
+                }
+            )
+    return {
+        "multi": multi,
+        "heads": k,
+        "multi_seeds": [loaded[i]["seed"] for i in multis],
+        "singles": [{"variant": loaded[i]["variant"], "seed": loaded[i]["seed"]} for i in singles],
+        "null_heads": min(k, len(singles)),
+        "null_unions": len(unions),
+        "complete": len(singles) >= k,
+        "rows": rows,
+    }
 
 
 def sentence_ids(tokenizer: Tokenizer, sentence: str, test_tokens: np.ndarray) -> list[int]:
@@ -232,8 +274,10 @@ def inspect(config: DictConfig) -> dict:
     try:
         tokenizer = Tokenizer.from_file(str(prepared / TOKENIZER_FILE))
     except Exception as error:  # the tokenizers library raises its own untyped exceptions
-        raise ConfigError(f"{prepared / TOKENIZER_FILE} is not a readable tokenizer ({first_line(error)}): "
-                          "prepare the data again (dvc repro prepare)") from None
+        raise ConfigError(
+            f"{prepared / TOKENIZER_FILE} is not a readable tokenizer ({first_line(error)}): "
+            "prepare the data again (dvc repro prepare)"
+        ) from None
     ids = sentence_ids(tokenizer, settings.sentence, test)
     labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
@@ -241,26 +285,44 @@ def inspect(config: DictConfig) -> dict:
     for name, training in ((model.name, model.training) for model in config.models):
         variant, seed = str(training.variant), training.seed
         # Refused unless it is the model these settings ask for, trained on this data.
-        model, _ = load_checked(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
+        model, _ = load_trained(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
         intact = perplexity(*stream_nll(model, test, settings.batch_size))
         heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
         for row in heads:
-            row["ablation_delta_ppl"] = ablation_ppl(model, test, settings.batch_size, row["layer"], row["head"]) - intact
+            row["ablation_delta_ppl"] = (
+                ablation_ppl(model, test, settings.batch_size, row["layer"], row["head"]) - intact
+            )
         heads = rank_heads(heads)
-        per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "test_ppl": intact,
-                          "head_scores": heads, "layers": layers})
+        per_model.append(
+            {
+                "variant": variant,
+                "heads": model.config.n_heads,
+                "seed": seed,
+                "test_ppl": intact,
+                "head_scores": heads,
+                "layers": layers,
+            }
+        )
         loaded.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "model": model})
-        print(f"inspect: {name}: " + ", ".join(
-            f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in layers))
+        print(
+            f"inspect: {name}: "
+            + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in layers)
+        )
         if variant not in drawn:  # the first seed's maps
             drawn.add(variant)
             for layer, weights in enumerate(sentence_maps(model, ids)):
                 order = sorted((r for r in heads if r["layer"] == layer), key=lambda r: r["rank"])
-                map_figures.append(str(figures.attention_maps(
-                    weights[[r["head"] for r in order]], labels,
-                    [f"head {r['head']}: mean distance {r['distance']:.1f}" for r in order],
-                    f"Attention of variant {variant} (seed {seed}), layer {layer}, heads by mean distance",
-                    figure_dir / f"attention_h{variant}_layer{layer}.png")))
+                map_figures.append(
+                    str(
+                        figures.attention_maps(
+                            weights[[r["head"] for r in order]],
+                            labels,
+                            [f"head {r['head']}: mean distance {r['distance']:.1f}" for r in order],
+                            f"Attention of variant {variant} (seed {seed}), layer {layer}, heads by mean distance",
+                            figure_dir / f"attention_h{variant}_layer{layer}.png",
+                        )
+                    )
+                )
     head_rows = summarise(per_model, "head_scores", ("variant", "layer", "rank"), (*SCORES, "ablation_delta_ppl"))
     for row in head_rows:
         row["role"] = role(row, settings.roles)
@@ -271,8 +333,13 @@ def inspect(config: DictConfig) -> dict:
         "heads_ordered_by": ORDER_KEY,
         "rows": head_rows,
         "layers": summarise(per_model, "layers", ("variant", "layer"), SPOTLIGHT),
-        "spotlight": spotlight_null(loaded, str(settings.spotlight.multi), test, settings.batch_size,
-                                    tuple(sorted({*THRESHOLDS, settings.substantial_weight}))),
+        "spotlight": spotlight_null(
+            loaded,
+            str(settings.spotlight.multi),
+            test,
+            settings.batch_size,
+            tuple(sorted({*THRESHOLDS, settings.substantial_weight})),
+        ),
         "models": per_model,
         "figures": {"attention_maps": map_figures},
     }
@@ -281,10 +348,14 @@ def inspect(config: DictConfig) -> dict:
 def main(config: DictConfig) -> None:
     guards.refuse_pipeline_outputs(config, "reports")
     result = inspect(config)
-    head_scores = figures.head_scores(result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png")
+    head_scores = figures.head_scores(
+        result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png"
+    )
     result["figures"]["head_scores"] = str(head_scores)
     write_json(Path(config.paths.reports) / "heads.json", nan_to_null(result))
     for row in result["spotlight"].get("rows", []):
-        print(f"inspect: spotlight, layer {row['layer']}, threshold {row['threshold']:g}: variant "
-              f"{result['spotlight']['multi']} covers {', '.join(f'{c:.2f}' for c in row['multi_covered'])} "
-              f"positions per query; unions of single heads {row['null_min']:.2f} to {row['null_max']:.2f}: {row['position']}")
+        print(
+            f"inspect: spotlight, layer {row['layer']}, threshold {row['threshold']:g}: variant "
+            f"{result['spotlight']['multi']} covers {', '.join(f'{c:.2f}' for c in row['multi_covered'])} "
+            f"positions per query; unions of single heads {row['null_min']:.2f} to {row['null_max']:.2f}: {row['position']}"
+        )

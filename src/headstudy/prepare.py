@@ -7,7 +7,6 @@ tokenizer of its own tokens, plus its answer key (formats/queries.py)."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,8 @@ from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from headstudy.bookkeeping.guards import refuse_pipeline_outputs
-from headstudy.formats.errors import ConfigError
-from headstudy.formats.files import write_json
+from headstudy.common.errors import ConfigError
+from headstudy.common.files import staged_folder, write_json
 from headstudy.formats.prepared import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
 from headstudy.formats.queries import write_queries, write_task
 
@@ -63,11 +62,14 @@ def read_text_file(path: Path) -> str:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
-                          f"{error.start}): data.dir must hold only text files") from None
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+            f"{error.start}): data.dir must hold only text files"
+        ) from None
     if "\0" in text:  # valid UTF-8, but no text: a binary or zero-filled file named .txt
-        raise ConfigError(f"{path} holds NUL bytes (first at offset {text.index(chr(0))}): "
-                          "data.dir must hold only text files")
+        raise ConfigError(
+            f"{path} holds NUL bytes (first at offset {text.index(chr(0))}): data.dir must hold only text files"
+        )
     return text
 
 
@@ -111,23 +113,40 @@ def prepare_multiclue(data: DictConfig, staging: Path) -> None:
     stats = {"corpus": data.corpus, "vocab_size": layout.vocab_size, "splits": {}}
     for split in SPLITS:
         generated = task.generate(split)
-        np.save(tokens_path(staging, split),
-                generated.tokens.astype(np.uint16 if layout.vocab_size <= 1 << 16 else np.uint32))
+        np.save(
+            tokens_path(staging, split),
+            generated.tokens.astype(np.uint16 if layout.vocab_size <= 1 << 16 else np.uint32),
+        )
         # A token is a word here; a segment (body, query, answer) is a line.
-        stats["splits"][split] = {"tokens": len(generated.tokens), "words": len(generated.tokens), "lines": 0,
-                                  "queries": len(generated.queries)}
+        stats["splits"][split] = {
+            "tokens": len(generated.tokens),
+            "words": len(generated.tokens),
+            "lines": 0,
+            "queries": len(generated.queries),
+        }
         print(f"prepare: {split}: {stats['splits'][split]}")
         if split == "test":
-            write_queries(staging, generated.queries, generated.answers, generated.clue_positions,
-                          layout.token_types())
+            write_queries(staging, generated.queries, generated.answers, generated.clue_positions, layout.token_types())
     write_json(staging / STATS_FILE, stats)
-    write_task(staging, {
-        "corpus": data.corpus, "clues": task.clues, "clue_types": layout.clue_types, "values": layout.values,
-        "noise_tokens": layout.noise, "segment_min": task.segment_min, "segment_mean": task.segment_mean,
-        "segment_max": task.segment_max, "clue_rate": task.clue_rate, "seed": task.seed,
-        "first_answer": layout.first_answer(task.clues), "answer_tokens": layout.values**task.clues,
-        "chance": task.chance, "one_clue_best": task.one_clue_best,
-    })
+    write_task(
+        staging,
+        {
+            "corpus": data.corpus,
+            "clues": task.clues,
+            "clue_types": layout.clue_types,
+            "values": layout.values,
+            "noise_tokens": layout.noise,
+            "segment_min": task.segment_min,
+            "segment_mean": task.segment_mean,
+            "segment_max": task.segment_max,
+            "clue_rate": task.clue_rate,
+            "seed": task.seed,
+            "first_answer": layout.first_answer(task.clues),
+            "answer_tokens": layout.values**task.clues,
+            "chance": task.chance,
+            "one_clue_best": task.one_clue_best,
+        },
+    )
 
 
 GENERATORS = {"multiclue": prepare_multiclue}
@@ -138,16 +157,8 @@ def prepare(config: DictConfig) -> Path:
     data = config.data
     if data.corpus in GENERATORS:
         destination = Path(config.paths.prepared)
-        staging = destination.with_name(destination.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        try:
+        with staged_folder(destination) as staging:
             GENERATORS[data.corpus](data, staging)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        shutil.rmtree(destination, ignore_errors=True)
-        staging.rename(destination)
         return destination
     if data.corpus not in READERS:
         raise ConfigError(f"data.corpus={data.corpus!r}: expected one of {sorted([*READERS, *GENERATORS])}")
@@ -162,24 +173,20 @@ def prepare(config: DictConfig) -> Path:
         )
 
     destination = Path(config.paths.prepared)
-    staging = destination.with_name(destination.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    tokenizer.save(str(staging / TOKENIZER_FILE))
-    stats = {"corpus": data.corpus, "vocab_size": tokenizer.get_vocab_size(), "splits": {}}
-    for split, text in texts.items():
-        ids = encode(tokenizer, text)
-        np.save(tokens_path(staging, split), ids)
-        stats["splits"][split] = {
-            "tokens": int(len(ids)),
-            "words": len(text.split()),
-            "lines": sum(1 for line in text.splitlines() if line.strip()),
-        }
-        print(f"prepare: {split}: {stats['splits'][split]}")
-    write_json(staging / STATS_FILE, stats)
     # Only a complete folder takes the output's name: a crash leaves no half-written data.
-    shutil.rmtree(destination, ignore_errors=True)
-    staging.rename(destination)
+    with staged_folder(destination) as staging:
+        tokenizer.save(str(staging / TOKENIZER_FILE))
+        stats = {"corpus": data.corpus, "vocab_size": tokenizer.get_vocab_size(), "splits": {}}
+        for split, text in texts.items():
+            ids = encode(tokenizer, text)
+            np.save(tokens_path(staging, split), ids)
+            stats["splits"][split] = {
+                "tokens": int(len(ids)),
+                "words": len(text.split()),
+                "lines": sum(1 for line in text.splitlines() if line.strip()),
+            }
+            print(f"prepare: {split}: {stats['splits'][split]}")
+        write_json(staging / STATS_FILE, stats)
     return destination
 
 

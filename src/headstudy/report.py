@@ -22,22 +22,23 @@ from omegaconf import DictConfig, OmegaConf
 from headstudy.analysis import figures
 from headstudy.analysis.budget import budget_section
 from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
-from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.headline import headline
+from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.learning_rates import learning_rate_section
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
 from headstudy.analysis.sweep import sweep_section
 from headstudy.analysis.wording import interval, label
 from headstudy.bookkeeping import guards, tracking
-from headstudy.formats.errors import ConfigError
-from headstudy.formats.files import write_atomically, write_json
+from headstudy.common.errors import ConfigError
+from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import load_stats
 
 
 def read_json(path: Path) -> dict:
     if not Path(path).is_file():
         raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
+
     def refuse(constant: str):
         raise ValueError(f"it holds {constant}, which is no result")
 
@@ -55,13 +56,21 @@ def read_curve(path: Path) -> pd.DataFrame:
 
 def study_metrics(metrics: Path, models: list[dict]) -> pd.DataFrame:
     """One row per model of the study; files of models outside it are never read."""
-    return pd.DataFrame([read_json(metrics / f"{m['name']}.json") | {"variant": str(m["variant"]), "seed": m["seed"]}
-                         for m in models])
+    return pd.DataFrame(
+        [read_json(metrics / f"{m['name']}.json") | {"variant": str(m["variant"]), "seed": m["seed"]} for m in models]
+    )
 
 
 def study_curves(metrics: Path, models: list[dict]) -> pd.DataFrame:
-    return pd.concat([read_curve(metrics / "curves" / f"{m['name']}.csv").assign(
-        variant=str(m["variant"]), seed=m["seed"], lr=m.get("lr")) for m in models], ignore_index=True)
+    return pd.concat(
+        [
+            read_curve(metrics / "curves" / f"{m['name']}.csv").assign(
+                variant=str(m["variant"]), seed=m["seed"], lr=m.get("lr")
+            )
+            for m in models
+        ],
+        ignore_index=True,
+    )
 
 
 def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[str, dict]:
@@ -69,16 +78,28 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[s
     last = curves.groupby(["variant", "seed", "lr"], dropna=False)[["step", "tokens"]].max()
     steps, tokens = sorted(set(last["step"].astype(int))), sorted(set(last["tokens"].astype(int)))
     variants, seeds, lrs = [str(v) for v in study["variants"]], list(study["seeds"]), list(study.get("lrs") or [])
-    budget = (f"{steps[0]:,} steps, {tokens[0] / 1e6:.2f} million training tokens" if len(steps) == len(tokens) == 1
-              else f"{steps[0]:,} to {steps[-1]:,} steps ({tokens[0] / 1e6:.2f} to {tokens[-1] / 1e6:.2f} million tokens)")
-    text = (f"Study: variants {', '.join(variants)}"
-            + (f" x learning rates {', '.join(f'{lr:g}' for lr in lrs)}" if lrs else "")
-            + f" x seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {len(models)} model"
-              f"{'s' if len(models) > 1 else ''}, each trained for {budget}. The runs are in "
-              f"the MLflow experiment \"{tracking.EXPERIMENT}\": one parent run per execution of this study, with a "
-              f"nested run per model named as the model ({models[0]['name']}, ...); `mlflow ui` shows them.")
-    return text, {"variants": variants, "seeds": seeds, **({"lrs": lrs} if lrs else {}), "models": len(models),
-                  "steps": steps[-1], "tokens": tokens[-1], "mlflow_experiment": tracking.EXPERIMENT}
+    budget = (
+        f"{steps[0]:,} steps, {tokens[0] / 1e6:.2f} million training tokens"
+        if len(steps) == len(tokens) == 1
+        else f"{steps[0]:,} to {steps[-1]:,} steps ({tokens[0] / 1e6:.2f} to {tokens[-1] / 1e6:.2f} million tokens)"
+    )
+    text = (
+        f"Study: variants {', '.join(variants)}"
+        + (f" x learning rates {', '.join(f'{lr:g}' for lr in lrs)}" if lrs else "")
+        + f" x seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {len(models)} model"
+        f"{'s' if len(models) > 1 else ''}, each trained for {budget}. The runs are in "
+        f'the MLflow experiment "{tracking.EXPERIMENT}": one parent run per execution of this study, with a '
+        f"nested run per model named as the model ({models[0]['name']}, ...); `mlflow ui` shows them."
+    )
+    return text, {
+        "variants": variants,
+        "seeds": seeds,
+        **({"lrs": lrs} if lrs else {}),
+        "models": len(models),
+        "steps": steps[-1],
+        "tokens": tokens[-1],
+        "mlflow_experiment": tracking.EXPERIMENT,
+    }
 
 
 def summarise(metrics: pd.DataFrame, variants: list[str], labels: dict, bigram: float) -> list[dict]:
@@ -86,38 +107,50 @@ def summarise(metrics: pd.DataFrame, variants: list[str], labels: dict, bigram: 
     for variant in variants:
         group = metrics[metrics["variant"] == variant].sort_values("seed")
         mean, low, high = perplexity_ci95(group["test_ppl"])
-        rows.append({
-            "variant": variant,
-            "label": label(variant, labels),
-            "heads": int(group["heads"].iloc[0]),
-            "params": int(group["params"].iloc[0]),
-            # The peak learning rate it trained at (older metrics files do not record it).
-            "lr": float(group["lr"].iloc[0]) if "lr" in group and group["lr"].notna().all() else None,
-            "seeds": group["seed"].astype(int).tolist(),
-            "test_ppl": group["test_ppl"].tolist(),
-            "test_ppl_mean": mean,
-            "test_ppl_ci95": [low, high],
-            "word_ppl_mean": perplexity_ci95(group["test_word_ppl"])[0],
-            "below_bigram": 1 - mean / bigram,
-        })
+        rows.append(
+            {
+                "variant": variant,
+                "label": label(variant, labels),
+                "heads": int(group["heads"].iloc[0]),
+                "params": int(group["params"].iloc[0]),
+                # The peak learning rate it trained at (older metrics files do not record it).
+                "lr": float(group["lr"].iloc[0]) if "lr" in group and group["lr"].notna().all() else None,
+                "seeds": group["seed"].astype(int).tolist(),
+                "test_ppl": group["test_ppl"].tolist(),
+                "test_ppl_mean": mean,
+                "test_ppl_ci95": [low, high],
+                "word_ppl_mean": perplexity_ci95(group["test_word_ppl"])[0],
+                "below_bigram": 1 - mean / bigram,
+            }
+        )
     return rows
 
 
 def results_table(rows: list[dict], baselines: dict, vocab: int) -> pd.DataFrame:
-    table = pd.DataFrame({
-        "Model": [r["label"] for r in rows],
-        "Parameters": [f"{r['params']:,}" for r in rows],
-        "Learning rate": [f"{r['lr']:g}" if r.get("lr") else "" for r in rows],
-        "Test perplexity": [f"{r['test_ppl_mean']:.2f}" for r in rows],
-        "95% CI": [interval(*r["test_ppl_ci95"], digits=2, sign=False) for r in rows],
-        "Against the bigram": [f"{-r['below_bigram']:+.1%}" for r in rows],
-        "Per-word perplexity": [f"{r['word_ppl_mean']:.2f}" for r in rows],
-        "Seeds": [", ".join(map(str, r["seeds"])) for r in rows],
-    })
+    table = pd.DataFrame(
+        {
+            "Model": [r["label"] for r in rows],
+            "Parameters": [f"{r['params']:,}" for r in rows],
+            "Learning rate": [f"{r['lr']:g}" if r.get("lr") else "" for r in rows],
+            "Test perplexity": [f"{r['test_ppl_mean']:.2f}" for r in rows],
+            "95% CI": [interval(*r["test_ppl_ci95"], digits=2, sign=False) for r in rows],
+            "Against the bigram": [f"{-r['below_bigram']:+.1%}" for r in rows],
+            "Per-word perplexity": [f"{r['word_ppl_mean']:.2f}" for r in rows],
+            "Seeds": [", ".join(map(str, r["seeds"])) for r in rows],
+        }
+    )
     for name, params in (("unigram", vocab - 1), ("bigram", vocab * (vocab - 1))):
         result = baselines[name]
-        table.loc[len(table)] = [f"{name.capitalize()} baseline (add-{result['add_k']:g})", f"{params:,}", "",
-                                 f"{result['test_ppl']:.2f}", "", "", f"{result['test_word_ppl']:.2f}", ""]
+        table.loc[len(table)] = [
+            f"{name.capitalize()} baseline (add-{result['add_k']:g})",
+            f"{params:,}",
+            "",
+            f"{result['test_ppl']:.2f}",
+            "",
+            "",
+            f"{result['test_word_ppl']:.2f}",
+            "",
+        ]
     return table
 
 
@@ -137,22 +170,37 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
     blocks = [
         ("title", settings["title"]),
         ("text", header),
-        ("text", f"Test split of the corpus `{stats['corpus']}`, {test['tokens'] - 1:,} tokens predicted. Perplexity "
-                 "is per BPE token (lower is better): the geometric mean over seeds, with a 95% Student-t "
-                 "confidence interval computed on log-perplexity across seeds and exponentiated"
-                 + (" (none with one seed)." if len(rows[0]["seeds"]) < 2 else ".")),
+        (
+            "text",
+            f"Test split of the corpus `{stats['corpus']}`, {test['tokens'] - 1:,} tokens predicted. Perplexity "
+            "is per BPE token (lower is better): the geometric mean over seeds, with a 95% Student-t "
+            "confidence interval computed on log-perplexity across seeds and exponentiated"
+            + (" (none with one seed)." if len(rows[0]["seeds"]) < 2 else "."),
+        ),
         ("table", results_table(rows, baselines, stats["vocab_size"])),
         *comparison_blocks(found, settings, tokens_per_word),
     ]
     pooled, pooled_summary = pooled_blocks(rows, found, settings, tokens_per_word, figure_dir)
     blocks += pooled
-    summary = {"provenance": summary_provenance, "tokens_per_word": tokens_per_word, "rows": rows,
-               "baselines": {k: baselines[k] for k in ("unigram", "bigram")}, "comparisons": found,
-               "compare": exp_show_columns(found), **pooled_summary}
+    summary = {
+        "provenance": summary_provenance,
+        "tokens_per_word": tokens_per_word,
+        "rows": rows,
+        "baselines": {k: baselines[k] for k in ("unigram", "bigram")},
+        "comparisons": found,
+        "compare": exp_show_columns(found),
+        **pooled_summary,
+    }
     laggards = [r["label"] for r in rows if r["test_ppl_mean"] >= bigram]
-    blocks.append(("text", f"Every model beats the bigram baseline ({bigram:.2f})." if not laggards else
-                   f"Warning: the bigram baseline ({bigram:.2f}) beats {' and '.join(laggards).lower()}: a transformer "
-                   "that cannot beat a bigram is undertrained or broken."))
+    blocks.append(
+        (
+            "text",
+            f"Every model beats the bigram baseline ({bigram:.2f})."
+            if not laggards
+            else f"Warning: the bigram baseline ({bigram:.2f}) beats {' and '.join(laggards).lower()}: a transformer "
+            "that cannot beat a bigram is undertrained or broken.",
+        )
+    )
     if settings.get("budget"):
         budget_blocks, summary["budget"] = budget_section(rows, found, curves, stats, settings, figure_dir)
         blocks += budget_blocks
@@ -162,12 +210,19 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
     write_curve_table(curves, Path(config.paths.reports) / "validation_curves.csv")
     blocks += [
         ("heading", "Figures"),
-        ("figure", figures.validation_curves(curves, {r["variant"]: r["label"] for r in rows},
-                                             figure_dir / "validation_curves.png")),
+        (
+            "figure",
+            figures.validation_curves(
+                curves, {r["variant"]: r["label"] for r in rows}, figure_dir / "validation_curves.png"
+            ),
+        ),
         ("figure", figures.test_perplexity(rows, figure_dir / "test_perplexity.png")),
-        ("text", f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per line as the PTB "
-                 f"convention does: {test['words']:,} words + {test['lines']:,} lines. It equals the per-token "
-                 f"perplexity to the power tokens/words, {tokens_per_word:.3f} here, so both rank models the same way."),
+        (
+            "text",
+            f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per line as the PTB "
+            f"convention does: {test['words']:,} words + {test['lines']:,} lines. It equals the per-token "
+            f"perplexity to the power tokens/words, {tokens_per_word:.3f} here, so both rank models the same way.",
+        ),
     ]
     if settings.get("inspect"):
         blocks += heads_blocks(read_json(Path(config.paths.reports) / "heads.json"), labels)
@@ -181,7 +236,8 @@ def write_curve_table(curves: pd.DataFrame, path: Path) -> None:
     """Validation perplexity against training tokens, one column per variant (geometric mean over
     seeds): the table that `dvc plots show` overlays."""
     table = curves.assign(log_ppl=np.log(curves["val_ppl"])).pivot_table(
-        index="tokens", columns="variant", values="log_ppl", aggfunc="mean", sort=False)
+        index="tokens", columns="variant", values="log_ppl", aggfunc="mean", sort=False
+    )
     write_atomically(path, np.exp(table).rename_axis(columns=None).to_csv(float_format="%.4f"))
 
 
@@ -190,8 +246,14 @@ def learning_rate_report(config: DictConfig, study: dict, settings: dict, models
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
     curves = study_curves(Path(config.paths.metrics), models)
     header, summary_provenance = provenance(study, models, curves)
-    blocks, summary = learning_rate_section(curves, variants, [float(lr) for lr in study["lrs"]], labels,
-                                            list(study["seeds"]), Path(config.paths.reports) / "figures")
+    blocks, summary = learning_rate_section(
+        curves,
+        variants,
+        [float(lr) for lr in study["lrs"]],
+        labels,
+        list(study["seeds"]),
+        Path(config.paths.reports) / "figures",
+    )
     return [("title", settings["title"]), ("text", header), *blocks], {"provenance": summary_provenance, **summary}
 
 
@@ -212,5 +274,6 @@ def main(config: DictConfig) -> None:
     guards.refuse_pipeline_outputs(config, "reports")
     summary = report(config)
     reports = Path(config.paths.reports)
-    tracking.log_study_report([reports / name for name in ("results.html", "results.md", "summary.json", "figures")],
-                              summary)
+    tracking.log_study_report(
+        [reports / name for name in ("results.html", "results.md", "summary.json", "figures")], summary
+    )

@@ -13,14 +13,22 @@ import yaml
 from omegaconf import OmegaConf
 
 from headstudy.bookkeeping import provenance, tracking
-from headstudy.formats.errors import ConfigError, first_line
+from headstudy.common.errors import ConfigError, first_line
 from headstudy.formats.prepared import TOKENIZER_FILE, prepared_digest, sha256_file
 from headstudy.settings.compose import validate
 
 ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
 # Where every run logged before conf/trainer named it trained: one CPU process, float32.
-BEFORE_TRAINER_DEVICES = {"trainer": {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto",
-                                      "precision": "32-true", "compile": False}}
+BEFORE_TRAINER_DEVICES = {
+    "trainer": {
+        "accelerator": "cpu",
+        "devices": 1,
+        "num_nodes": 1,
+        "strategy": "auto",
+        "precision": "32-true",
+        "compile": False,
+    }
+}
 
 
 def check_prepared_data(run, prepared: Path) -> None:
@@ -49,12 +57,16 @@ def reproducible_run(run_id: str):
         raise ConfigError(str(error)) from None
     status = run.info.status
     if status != "FINISHED":
-        raise ConfigError(f"run {run_id} is {status}: only a finished training run has the config "
-                          "artifact and the weights to reproduce")
+        raise ConfigError(
+            f"run {run_id} is {status}: only a finished training run has the config "
+            "artifact and the weights to reproduce"
+        )
     recorded_data = "data.path" in run.data.tags or "paths.prepared" in run.data.params
     if "weights.sha256" not in run.data.tags or not recorded_data:
-        raise ConfigError(f"run {run_id} ({run.data.tags.get('mlflow.runName')}) is not a headstudy "
-                          "training run: it records no weights.sha256 or config")
+        raise ConfigError(
+            f"run {run_id} ({run.data.tags.get('mlflow.runName')}) is not a headstudy "
+            "training run: it records no weights.sha256 or config"
+        )
     return run
 
 
@@ -85,8 +97,9 @@ def reproduce(run_id: str, topology: list[str] = ()) -> bool:
         try:
             saved_config = tracking.download_artifact(run_id, CONFIG_FILE, scratch)
         except Exception as error:  # whatever the artifact store raises: the file is not there
-            raise ConfigError(f"run {run_id} has no readable {CONFIG_FILE} artifact ({first_line(error)}): "
-                              "it cannot be reproduced") from None
+            raise ConfigError(
+                f"run {run_id} has no readable {CONFIG_FILE} artifact ({first_line(error)}): it cannot be reproduced"
+            ) from None
         config = OmegaConf.merge(BEFORE_TRAINER_DEVICES, OmegaConf.load(saved_config))
         OmegaConf.set_struct(config, False)
         config.name = run.data.tags.get("mlflow.runName")
@@ -95,8 +108,9 @@ def reproduce(run_id: str, topology: list[str] = ()) -> bool:
         for setting in topology:
             key, _, value = setting.partition("=")
             if key not in TOPOLOGY_KEYS:
-                raise ConfigError(f"reproduce: {key} is not a setting of where a run runs; "
-                                  f"expected one of {', '.join(TOPOLOGY_KEYS)}")
+                raise ConfigError(
+                    f"reproduce: {key} is not a setting of where a run runs; expected one of {', '.join(TOPOLOGY_KEYS)}"
+                )
             OmegaConf.update(config, key, yaml.safe_load(value) if value else value)
         validate(config)
         import torch
@@ -117,10 +131,11 @@ def reproduce(run_id: str, topology: list[str] = ()) -> bool:
     recorded_ppl = run.data.metrics.get("test/ppl")
     same_weights = record["weights_sha256"] == recorded_hash
     same_ppl = metrics["test_ppl"] == recorded_ppl
-    print(f"weights sha256: {'identical' if same_weights else 'different'}: "
-          f"logged {recorded_hash}, now {record['weights_sha256']}")
-    print(f"test/ppl: {'identical' if same_ppl else 'different'}: "
-          f"logged {recorded_ppl!r}, now {metrics['test_ppl']!r}")
+    print(
+        f"weights sha256: {'identical' if same_weights else 'different'}: "
+        f"logged {recorded_hash}, now {record['weights_sha256']}"
+    )
+    print(f"test/ppl: {'identical' if same_ppl else 'different'}: logged {recorded_ppl!r}, now {metrics['test_ppl']!r}")
     if not (same_weights and same_ppl):
         causes = [key for key in ENVIRONMENT_CAUSES if key in differences]
         if causes:

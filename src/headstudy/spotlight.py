@@ -22,8 +22,8 @@ from headstudy.analysis import clue_figures
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import mean_ci95, nan_to_null
 from headstudy.bookkeeping import guards
-from headstudy.formats.errors import ConfigError, first_line
-from headstudy.formats.files import write_atomically, write_json
+from headstudy.common.errors import ConfigError, first_line
+from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.names import parse_variant
 
 
@@ -60,12 +60,21 @@ def read_models(models: list[dict], metrics_dir: Path) -> list[dict]:
     rows = []
     for model in models:
         if model.get("clues") is None:
-            raise ConfigError(f"model {model['name']} has no number of clues: the spotlight report needs "
-                              "study.clues in params.yaml")
+            raise ConfigError(
+                f"model {model['name']} has no number of clues: the spotlight report needs study.clues in params.yaml"
+            )
         metrics = read_json(metrics_dir / f"{model['name']}.json")
         attention = read_json(metrics_dir / "attention" / f"{model['name']}.json")
-        rows.append({"name": model["name"], "variant": str(model["variant"]), "seed": model["seed"],
-                     "k": int(model["clues"]), **metrics, "attention": attention["layers"]})
+        rows.append(
+            {
+                "name": model["name"],
+                "variant": str(model["variant"]),
+                "seed": model["seed"],
+                "k": int(model["clues"]),
+                **metrics,
+                "attention": attention["layers"],
+            }
+        )
     return rows
 
 
@@ -82,12 +91,24 @@ def accuracy_rows(models: list[dict], variants: list[str], ks: list[int], labels
             low, high = float(np.clip(low, 0, 1)), float(np.clip(high, 0, 1))  # an accuracy stays in [0, 1]
             focused = np.clip(mean_ci95([m["clues_focused"] for m in group]), 0, k).tolist()
             best = np.mean([m["attention"][0]["best"] for m in group], axis=0)
-            rows.append({"variant": variant, "label": label(variant, labels), "k": k, "heads": group[0]["heads"],
-                         "params": group[0]["params"], "seeds": [m["seed"] for m in group], "accuracy": accuracy,
-                         "accuracy_mean": mean, "accuracy_ci95": [low, high],
-                         "clues_focused_mean": focused[0], "clues_focused_ci95": list(focused[1:]),
-                         "best_share": best.tolist(), "chance": group[0]["chance"],
-                         "one_clue_best": group[0]["one_clue_best"]})
+            rows.append(
+                {
+                    "variant": variant,
+                    "label": label(variant, labels),
+                    "k": k,
+                    "heads": group[0]["heads"],
+                    "params": group[0]["params"],
+                    "seeds": [m["seed"] for m in group],
+                    "accuracy": accuracy,
+                    "accuracy_mean": mean,
+                    "accuracy_ci95": [low, high],
+                    "clues_focused_mean": focused[0],
+                    "clues_focused_ci95": list(focused[1:]),
+                    "best_share": best.tolist(),
+                    "chance": group[0]["chance"],
+                    "one_clue_best": group[0]["one_clue_best"],
+                }
+            )
     return rows
 
 
@@ -95,16 +116,28 @@ def gaps(models: list[dict], a: str, b: str, ks: list[int]) -> list[dict]:
     """Accuracy of b minus a at every k, paired by seed (same seed, same data)."""
     found = []
     for k in ks:
-        by_seed = {variant: {m["seed"]: m["accuracy"] for m in models if m["variant"] == variant and m["k"] == k}
-                   for variant in (a, b)}
+        by_seed = {
+            variant: {m["seed"]: m["accuracy"] for m in models if m["variant"] == variant and m["k"] == k}
+            for variant in (a, b)
+        }
         seeds = sorted(set(by_seed[a]) & set(by_seed[b]))
         if not seeds:
             continue
         differences = [by_seed[b][s] - by_seed[a][s] for s in seeds]
         mean, low, high = mean_ci95(differences)
-        found.append({"k": k, "a": a, "b": b, "seeds": seeds, "per_seed": differences, "diff_mean": mean,
-                      "diff_ci95": [low, high], "b_better_in": sum(d > 0 for d in differences),
-                      "significant": bool(low > 0 or high < 0)})
+        found.append(
+            {
+                "k": k,
+                "a": a,
+                "b": b,
+                "seeds": seeds,
+                "per_seed": differences,
+                "diff_mean": mean,
+                "diff_ci95": [low, high],
+                "b_better_in": sum(d > 0 for d in differences),
+                "significant": bool(low > 0 or high < 0),
+            }
+        )
     return found
 
 
@@ -131,13 +164,16 @@ def accuracy_table(rows: list[dict], ks: list[int]) -> pd.DataFrame:
 
 
 def gap_table(found: list[dict], labels: dict) -> pd.DataFrame:
-    return pd.DataFrame({
-        "k": [str(g["k"]) for g in found],
-        f"{label(found[0]['b'], labels)} minus {label(found[0]['a'], labels)}, points": [
-            with_interval(g["diff_mean"], *g["diff_ci95"], show=points) for g in found],
-        "Per seed": [", ".join(points(d) for d in g["per_seed"]) for g in found],
-        "Better in": [f"{g['b_better_in']} of {len(g['seeds'])} seeds" for g in found],
-    })
+    return pd.DataFrame(
+        {
+            "k": [str(g["k"]) for g in found],
+            f"{label(found[0]['b'], labels)} minus {label(found[0]['a'], labels)}, points": [
+                with_interval(g["diff_mean"], *g["diff_ci95"], show=points) for g in found
+            ],
+            "Per seed": [", ".join(points(d) for d in g["per_seed"]) for g in found],
+            "Better in": [f"{g['b_better_in']} of {len(g['seeds'])} seeds" for g in found],
+        }
+    )
 
 
 def gap_sentence(found: list[dict], rows: list[dict], labels: dict, video: dict | None) -> tuple[str, dict]:
@@ -147,32 +183,47 @@ def gap_sentence(found: list[dict], rows: list[dict], labels: dict, video: dict 
     k = largest["k"]
     low, high = largest["diff_ci95"]
     n = len(largest["seeds"])
-    text = (f"The gap between {label(b, labels).lower()} and {label(a, labels).lower()} is largest at k = {k}: "
-            f"{percent(accuracy[(b, k)])} against {percent(accuracy[(a, k)])}, "
-            f"{points(largest['diff_mean'])} points")
-    text += (" (one seed: no interval, so no claim)." if n < 2 else
-             f", 95% CI [{points(low)}, {points(high)}] over {n} seeds, which "
-             + ("excludes 0." if largest["significant"] else "includes 0: not resolved by these seeds."))
+    text = (
+        f"The gap between {label(b, labels).lower()} and {label(a, labels).lower()} is largest at k = {k}: "
+        f"{percent(accuracy[(b, k)])} against {percent(accuracy[(a, k)])}, "
+        f"{points(largest['diff_mean'])} points"
+    )
+    text += (
+        " (one seed: no interval, so no claim)."
+        if n < 2
+        else f", 95% CI [{points(low)}, {points(high)}] over {n} seeds, which "
+        + ("excludes 0." if largest["significant"] else "includes 0: not resolved by these seeds.")
+    )
     if video:
         gap = video["multi_accuracy"] - video["single_accuracy"]
-        text += (f" The video's comparison, {percent(video['multi_accuracy'])} for {video['multi']} spotlights against "
-                 f"{percent(video['single_accuracy'])} for {video['single']}, is a gap of {points(gap)} points; it "
-                 "names no task or model, so it is an illustration to hold ours against, not a measurement.")
-    return text, {"k": k, "diff_mean": largest["diff_mean"], "diff_ci95": [low, high],
-                  "significant": largest["significant"]}
+        text += (
+            f" The video's comparison, {percent(video['multi_accuracy'])} for {video['multi']} spotlights against "
+            f"{percent(video['single_accuracy'])} for {video['single']}, is a gap of {points(gap)} points; it "
+            "names no task or model, so it is an illustration to hold ours against, not a measurement."
+        )
+    return text, {
+        "k": k,
+        "diff_mean": largest["diff_mean"],
+        "diff_ci95": [low, high],
+        "significant": largest["significant"],
+    }
 
 
 def attention_table(rows: list[dict], ks: list[int]) -> pd.DataFrame:
-    return pd.DataFrame({
-        "Model": [r["label"] for r in rows],
-        "k": [str(r["k"]) for r in rows],
-        "Clues read by a head of their own, per answer": [
-            with_interval(r["clues_focused_mean"], *r["clues_focused_ci95"], show=lambda v: f"{v:.2f}")
-            + f" of {r['k']}"
-            for r in rows],
-        "Largest weight any head puts on each clue (a, b, c, ...)": [
-            ", ".join(f"{v:.2f}" for v in r["best_share"]) for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "Model": [r["label"] for r in rows],
+            "k": [str(r["k"]) for r in rows],
+            "Clues read by a head of their own, per answer": [
+                with_interval(r["clues_focused_mean"], *r["clues_focused_ci95"], show=lambda v: f"{v:.2f}")
+                + f" of {r['k']}"
+                for r in rows
+            ],
+            "Largest weight any head puts on each clue (a, b, c, ...)": [
+                ", ".join(f"{v:.2f}" for v in r["best_share"]) for r in rows
+            ],
+        }
+    )
 
 
 def head_assignments(models: list[dict], focus: float) -> list[dict]:
@@ -183,8 +234,17 @@ def head_assignments(models: list[dict], focus: float) -> list[dict]:
         share = np.asarray(model["attention"][0]["share"])
         takes = [int(row.argmax()) if row.max() > focus else None for row in share]
         taken = [clue for clue in takes if clue is not None]
-        found.append({"name": model["name"], "variant": model["variant"], "k": model["k"], "seed": model["seed"],
-                      "takes": takes, "distinct": len(set(taken)), "shared": len(taken) - len(set(taken))})
+        found.append(
+            {
+                "name": model["name"],
+                "variant": model["variant"],
+                "k": model["k"],
+                "seed": model["seed"],
+                "takes": takes,
+                "distinct": len(set(taken)),
+                "shared": len(taken) - len(set(taken)),
+            }
+        )
     return found
 
 
@@ -195,12 +255,16 @@ def assignment_sentence(assigned: list[dict], rows: list[dict], labels: dict, fo
             continue
         mine = [a for a in assigned if a["variant"] == row["variant"] and a["k"] == row["k"]]
         distinct = [a["distinct"] for a in mine]
-        parts.append(f"{row['label'].lower()} at k = {row['k']}: {', '.join(map(str, distinct))} distinct clues "
-                     f"(seeds {', '.join(str(a['seed']) for a in mine)})")
+        parts.append(
+            f"{row['label'].lower()} at k = {row['k']}: {', '.join(map(str, distinct))} distinct clues "
+            f"(seeds {', '.join(str(a['seed']) for a in mine)})"
+        )
     if not parts:
         return ""
-    return (f"Different heads, different clues? Counting, per trained model, the clues that some head gives more "
-            f"than {focus:g} of its weight on average over the test answers: " + "; ".join(parts) + ".")
+    return (
+        f"Different heads, different clues? Counting, per trained model, the clues that some head gives more "
+        f"than {focus:g} of its weight on average over the test answers: " + "; ".join(parts) + "."
+    )
 
 
 def headline(summary: dict) -> dict[str, float]:
@@ -226,8 +290,10 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
     ks = sorted(int(k) for k in study.get("clues") or [])
     if not ks:
         raise ConfigError("study.clues in params.yaml is empty: the spotlight report compares numbers of clues")
-    models = read_models(OmegaConf.to_container(config.models) if OmegaConf.is_config(config.models)
-                         else list(config.models), metrics_dir)
+    models = read_models(
+        OmegaConf.to_container(config.models) if OmegaConf.is_config(config.models) else list(config.models),
+        metrics_dir,
+    )
     rows = accuracy_rows(models, variants, ks, labels)
     levels = {r["k"]: {"chance": r["chance"], "one_clue_best": r["one_clue_best"]} for r in rows}
     focus = read_json(metrics_dir / "attention" / f"{models[0]['name']}.json")["focus"]
@@ -235,17 +301,26 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
     lines = []
     for variant in variants:
         mine = [r for r in rows if r["variant"] == variant]
-        lines.append({"label": label(variant, labels), "k": [r["k"] for r in mine],
-                      "mean": [r["accuracy_mean"] for r in mine], "low": [r["accuracy_ci95"][0] for r in mine],
-                      "high": [r["accuracy_ci95"][1] for r in mine]})
+        lines.append(
+            {
+                "label": label(variant, labels),
+                "k": [r["k"] for r in mine],
+                "mean": [r["accuracy_mean"] for r in mine],
+                "low": [r["accuracy_ci95"][0] for r in mine],
+                "high": [r["accuracy_ci95"][1] for r in mine],
+            }
+        )
     blocks = [
         ("title", settings["title"]),
-        ("text", f"Accuracy at the {models[0]['queries']:,} answer positions of the test split: the share of "
-                 f"queries where the model's most likely next token is the right answer, one token out of "
-                 f"{values}^k. Mean over seeds {', '.join(map(str, sorted({m['seed'] for m in models})))} with a "
-                 f"95% Student-t interval, cut to [0%, 100%]. Chance is 1/{values}^k; a model that reads only one "
-                 f"of the k clues can reach at most 1/{values}^(k-1). The task, and why a one-layer model with "
-                 "enough heads can solve it: README.md beside the study's params.yaml."),
+        (
+            "text",
+            f"Accuracy at the {models[0]['queries']:,} answer positions of the test split: the share of "
+            f"queries where the model's most likely next token is the right answer, one token out of "
+            f"{values}^k. Mean over seeds {', '.join(map(str, sorted({m['seed'] for m in models})))} with a "
+            f"95% Student-t interval, cut to [0%, 100%]. Chance is 1/{values}^k; a model that reads only one "
+            f"of the k clues can reach at most 1/{values}^(k-1). The task, and why a one-layer model with "
+            "enough heads can solve it: README.md beside the study's params.yaml.",
+        ),
         ("table", accuracy_table(rows, ks)),
         ("figure", clue_figures.accuracy_by_clues(lines, levels, figure_dir / "accuracy_by_clues.png")),
     ]
@@ -271,15 +346,26 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
     assigned = head_assignments(models, focus)
     blocks += [
         ("heading", "Where the heads look"),
-        ("text", "From the query, in the only layer: the weight each head puts on each clue (the latest token of its "
-                 "type; the clue positions are known by construction). A clue is read by a head of its own at an "
-                 f"answer when some head puts more than {focus:g} of its weight on it: a head can do that for one "
-                 "token only, so a count above 1 means that different heads take different clues. Mean over seeds "
-                 "with a 95% interval; the largest weight on each clue is averaged over answers and seeds."),
+        (
+            "text",
+            "From the query, in the only layer: the weight each head puts on each clue (the latest token of its "
+            "type; the clue positions are known by construction). A clue is read by a head of its own at an "
+            f"answer when some head puts more than {focus:g} of its weight on it: a head can do that for one "
+            "token only, so a count above 1 means that different heads take different clues. Mean over seeds "
+            "with a 95% interval; the largest weight on each clue is averaged over answers and seeds.",
+        ),
         ("table", attention_table(rows, ks)),
-        ("figure", clue_figures.clue_attention_grid(
-            cells, variants, {v: label(v, labels) for v in variants}, ks, figure_dir / "clue_attention.png",
-            "Mean share of each head's attention on each clue (first seed; heads ordered by their clue)")),
+        (
+            "figure",
+            clue_figures.clue_attention_grid(
+                cells,
+                variants,
+                {v: label(v, labels) for v in variants},
+                ks,
+                figure_dir / "clue_attention.png",
+                "Mean share of each head's attention on each clue (first seed; heads ordered by their clue)",
+            ),
+        ),
     ]
     sentence = assignment_sentence(assigned, rows, labels, focus)
     if sentence:

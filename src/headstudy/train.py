@@ -20,13 +20,19 @@ from omegaconf import DictConfig, OmegaConf
 
 from headstudy.bookkeeping import guards, jobs, tracking
 from headstudy.bookkeeping.progress import Throughput, quiet_routine_warnings, watchers
-from headstudy.formats.files import write_atomically
-from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, sha256_file
+from headstudy.common.errors import ConfigError, first_line
+from headstudy.common.files import write_atomically
+from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, load_tokens, sha256_file
 from headstudy.formats.runconfig import config_digest
 from headstudy.formats.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
 from headstudy.weights.model import Decoder, ModelConfig
-from headstudy.weights.training import (LanguageModelModule, ResumeCheckpoint, TokenDataModule, TrainingDiverged,
-                                        build_trainer)
+from headstudy.weights.training import (
+    LanguageModelModule,
+    ResumeCheckpoint,
+    TokenDataModule,
+    TrainingDiverged,
+    build_trainer,
+)
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -58,7 +64,8 @@ def train(config: DictConfig, extra_tags: dict | None = None) -> dict | None:
     trainer = build_trainer(config, [ResumeCheckpoint(resume_checkpoint), *watchers(throughput)])
     model = Decoder(ModelConfig(**OmegaConf.to_container(config.model)))
     datamodule = TokenDataModule(
-        prepared,
+        load_tokens(prepared, "train"),
+        load_tokens(prepared, "valid"),
         config.data.batch_size,
         config.model.context,
         config.seed,
@@ -73,8 +80,9 @@ def train(config: DictConfig, extra_tags: dict | None = None) -> dict | None:
     study_run_id = tracking.open_study_run() if tracking.in_pipeline() else None
     try:
         with guards.only_training_of(resume_folder):  # the same model started twice: the second is refused
-            return train_on_process_zero(config, extra_tags or {}, study_run_id, resume_folder,
-                                         trainer, module, datamodule, throughput)
+            return train_on_process_zero(
+                config, extra_tags or {}, study_run_id, resume_folder, trainer, module, datamodule, throughput
+            )
     finally:
         if study_run_id:
             tracking.leave_study_run(study_run_id)
@@ -84,9 +92,16 @@ def resume_dir(config: DictConfig) -> Path:
     return Path(config.paths.checkpoints) / f"{config.name}-{config_digest(config)}"
 
 
-def train_on_process_zero(config: DictConfig, extra_tags: dict, study_run_id: str | None,
-                          resume_folder: Path, trainer: L.Trainer, module: LanguageModelModule,
-                          datamodule: TokenDataModule, throughput: Throughput) -> dict:
+def train_on_process_zero(
+    config: DictConfig,
+    extra_tags: dict,
+    study_run_id: str | None,
+    resume_folder: Path,
+    trainer: L.Trainer,
+    module: LanguageModelModule,
+    datamodule: TokenDataModule,
+    throughput: Throughput,
+) -> dict:
     prepared = Path(config.paths.prepared)
     data = data_record(prepared)
     name = config.name
@@ -137,7 +152,7 @@ def train_on_process_zero(config: DictConfig, extra_tags: dict, study_run_id: st
 
     model = module.model.cpu()
     record = training_record(config, model, data)
-    write_model(model_dir(config), model, config, record)
+    write_trained_model(config, model, record)
     write_curve(config, module.validation_curve)
     tracking.log_metrics(
         run_id,
@@ -150,9 +165,27 @@ def train_on_process_zero(config: DictConfig, extra_tags: dict, study_run_id: st
         tracking.log_artifact(run_id, model_dir(config) / artifact)
     tracking.log_model(run_id, model, name, config.model.context, config.model.vocab_size, trainer.global_step)
     shutil.rmtree(resume_folder)
-    print(f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}, "
-          f"model in {model_dir(config)}, MLflow run {tracking.ui_url(run_id)}")
+    print(
+        f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}, "
+        f"model in {model_dir(config)}, MLflow run {tracking.ui_url(run_id)}"
+    )
     return {**record, "mlflow_run_id": run_id, "tokens_per_sec": throughput.tokens_per_sec}
+
+
+def write_trained_model(config: DictConfig, model: Decoder, record: dict) -> None:
+    """A model that cannot be written (a full disk) leaves no staging folder behind (write_model
+    removes it) and fails in one line; its resume state is kept, so the same command, once there
+    is space, only writes the model."""
+    directory = model_dir(config)
+    try:
+        write_model(directory, model, config, record)
+    except OSError as error:
+        free = shutil.disk_usage(directory.parent).free
+        raise ConfigError(
+            f"writing the model to {directory} failed ({first_line(error)}; {free:,} bytes free "
+            "there): once it can be written, the same command resumes from the last checkpoint "
+            "and only writes the model"
+        ) from None
 
 
 def write_curve(config: DictConfig, history: list[tuple[int, float]]) -> None:

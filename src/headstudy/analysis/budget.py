@@ -9,7 +9,7 @@ import pandas as pd
 
 from headstudy.analysis import figures
 from headstudy.analysis.wording import label
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 
 
 def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[list, dict]:
@@ -25,22 +25,35 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
     changes = [int(t) for t, row in mean_curves.iterrows() if list(row.sort_values().index) != final_order]
     worst = min(rows, key=lambda r: r["below_bigram"])
     beats = worst["below_bigram"] >= budget["beat_bigram_by"]
-    result = {"tokens": tokens, "epochs": epochs, "last_interval_improvement": still,
-              "ranking_changes": len(changes), "weakest_below_bigram": worst["below_bigram"]}
+    result = {
+        "tokens": tokens,
+        "epochs": epochs,
+        "last_interval_improvement": still,
+        "ranking_changes": len(changes),
+        "weakest_below_bigram": worst["below_bigram"],
+    }
     text = (
         f"Each model trained on {tokens / 1e6:.2f} million tokens, {epochs:.1f} epochs of the training split. "
-        + ("With one validation point, the curves cannot show how much training still improved. "
-           if still is None else
-           "Over the last validation interval the mean validation perplexity of every variant fell by at most "
-           f"{still:.2%}. ")
-        + ("With one variant there is no ranking to follow. " if len(rows) < 2 else
-           "The ranking of the variants by mean validation perplexity "
-           + ("is the final one at every validation point. " if not changes else
-              f"differs from the final one at {len(changes)} of {len(mean_curves)} validation points, the last at "
-              f"{changes[-1] / 1e6:.2f} million tokens. "))
+        + (
+            "With one validation point, the curves cannot show how much training still improved. "
+            if still is None
+            else "Over the last validation interval the mean validation perplexity of every variant fell by at most "
+            f"{still:.2%}. "
+        )
+        + (
+            "With one variant there is no ranking to follow. "
+            if len(rows) < 2
+            else "The ranking of the variants by mean validation perplexity "
+            + (
+                "is the final one at every validation point. "
+                if not changes
+                else f"differs from the final one at {len(changes)} of {len(mean_curves)} validation points, the last at "
+                f"{changes[-1] / 1e6:.2f} million tokens. "
+            )
+        )
         + f"The budget's criterion (report.budget) asks that every variant end at least {budget['beat_bigram_by']:.0%} "
-          f"below the bigram in test perplexity: the weakest, {worst['label'].lower()}, is {worst['below_bigram']:.1%} "
-          f"below, so this part {'is met' if beats else 'is not'}"
+        f"below the bigram in test perplexity: the weakest, {worst['label'].lower()}, is {worst['below_bigram']:.1%} "
+        f"below, so this part {'is met' if beats else 'is not'}"
     )
     met = beats
     first = found[0] if found else None
@@ -51,17 +64,24 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
         stable = drift < budget["max_gap_drift"]
         met = beats and stable
         result["gap_last_quarter_drift"] = drift
-        text += (f"; and that the relative gap in validation perplexity of {first['b'].lower()} against "
-                 f"{first['a'].lower()} move by less than {budget['max_gap_drift'] * 100:g} points over the last "
-                 f"quarter of training: it moved {drift * 100:.1f} points, from {gap.loc[quarter_start]:+.1%} to "
-                 f"{gap.iloc[-1]:+.1%}, so this part {'is met' if stable else 'is not'}")
-        text += (". The comparisons above are taken where the models have settled." if met else
-                 ". So at this budget the comparisons may measure how fast the variants learn rather than where "
-                 "they end.")
+        text += (
+            f"; and that the relative gap in validation perplexity of {first['b'].lower()} against "
+            f"{first['a'].lower()} move by less than {budget['max_gap_drift'] * 100:g} points over the last "
+            f"quarter of training: it moved {drift * 100:.1f} points, from {gap.loc[quarter_start]:+.1%} to "
+            f"{gap.iloc[-1]:+.1%}, so this part {'is met' if stable else 'is not'}"
+        )
+        text += (
+            ". The comparisons above are taken where the models have settled."
+            if met
+            else ". So at this budget the comparisons may measure how fast the variants learn rather than where "
+            "they end."
+        )
     else:
         met = False  # half a criterion is not a criterion met
-        text += ("; its second part, the stability of the first comparison's gap, needs a comparison and two "
-                 "validation points, so the criterion is not checked in full.")
+        text += (
+            "; its second part, the stability of the first comparison's gap, needs a comparison and two "
+            "validation points, so the criterion is not checked in full."
+        )
     result["criterion_met"] = bool(met)
     blocks = [("heading", "Budget"), ("text", text)]
     evidence_blocks, result["evidence"] = budget_evidence(Path(budget["evidence"]), tokens, settings, figure_dir)
@@ -73,31 +93,51 @@ def budget_evidence(evidence_dir: Path, tokens: int, settings: dict, figure_dir:
     study's budget: otherwise their gap at "this budget" would be borrowed from another one."""
     runs = sorted(evidence_dir.glob("h*-s*.csv"))
     if len(runs) != 2:
-        raise ConfigError(f"report.budget.evidence={evidence_dir}: expected the curves of two long runs "
-                          f"(hA-sS.csv and hB-sS.csv), found {len(runs)}")
-    evidence = {"{}, seed {}".format(label(variant, settings.get("labels", {})), seed): pd.read_csv(p)
-                for p in runs for variant, seed in [p.stem[1:].rsplit("-s", 1)]}
+        raise ConfigError(
+            f"report.budget.evidence={evidence_dir}: expected the curves of two long runs "
+            f"(hA-sS.csv and hB-sS.csv), found {len(runs)}"
+        )
+    evidence = {
+        "{}, seed {}".format(label(variant, settings.get("labels", {})), seed): pd.read_csv(p)
+        for p in runs
+        for variant, seed in [p.stem[1:].rsplit("-s", 1)]
+    }
     (name_a, curve_a), (name_b, curve_b) = evidence.items()
     long_gap = (curve_b.set_index("tokens")["val_ppl"] / curve_a.set_index("tokens")["val_ppl"] - 1).rename(
-        f"{name_b} against {name_a}")
+        f"{name_b} against {name_a}"
+    )
     applies = tokens in long_gap.index
     # The figure is a declared output of the stage, so it is drawn either way; only a budget the
     # long runs were validated at is marked on it, and only then is it part of the report.
-    figure = figures.budget_evidence(evidence, long_gap, tokens if applies else None, figure_dir / "budget_evidence.png")
+    figure = figures.budget_evidence(
+        evidence, long_gap, tokens if applies else None, figure_dir / "budget_evidence.png"
+    )
     if not applies:
-        return [("text", f"The budget evidence in {evidence_dir} (two long runs, validated every "
-                         f"{long_gap.index[1] - long_gap.index[0]:,} tokens up to {long_gap.index.max() / 1e6:.1f} "
-                         f"million) has no validation point at this study's {tokens:,} tokens, so it says nothing "
-                         "about this budget and is not shown.")], {}
+        return [
+            (
+                "text",
+                f"The budget evidence in {evidence_dir} (two long runs, validated every "
+                f"{long_gap.index[1] - long_gap.index[0]:,} tokens up to {long_gap.index.max() / 1e6:.1f} "
+                f"million) has no validation point at this study's {tokens:,} tokens, so it says nothing "
+                "about this budget and is not shown.",
+            )
+        ], {}
     at_budget = float(long_gap.loc[tokens])
     return [
-        ("text", f"Evidence for the budget ({evidence_dir}): one long run per head count ({' and '.join(evidence)}), "
-                 f"{long_gap.index.max() / 1e6:.1f} million tokens under one schedule, validated every "
-                 f"{long_gap.index[1] - long_gap.index[0]:,} tokens. The relative gap goes from "
-                 f"{long_gap.iloc[0]:+.1%} at the first validation to {at_budget:+.1%} at this study's budget and "
-                 f"{long_gap.iloc[-1]:+.1%} at the end. Points before the end of a long run are taken at a higher "
-                 "learning rate than a run of that length ends with, so they overstate the perplexity such a run "
-                 "reaches."),
+        (
+            "text",
+            f"Evidence for the budget ({evidence_dir}): one long run per head count ({' and '.join(evidence)}), "
+            f"{long_gap.index.max() / 1e6:.1f} million tokens under one schedule, validated every "
+            f"{long_gap.index[1] - long_gap.index[0]:,} tokens. The relative gap goes from "
+            f"{long_gap.iloc[0]:+.1%} at the first validation to {at_budget:+.1%} at this study's budget and "
+            f"{long_gap.iloc[-1]:+.1%} at the end. Points before the end of a long run are taken at a higher "
+            "learning rate than a run of that length ends with, so they overstate the perplexity such a run "
+            "reaches.",
+        ),
         ("figure", figure),
-    ], {"gap_first": float(long_gap.iloc[0]), "gap_at_budget": at_budget,
-        "gap_last": float(long_gap.iloc[-1]), "tokens": int(long_gap.index.max())}
+    ], {
+        "gap_first": float(long_gap.iloc[0]),
+        "gap_at_budget": at_budget,
+        "gap_last": float(long_gap.iloc[-1]),
+        "tokens": int(long_gap.index.max()),
+    }

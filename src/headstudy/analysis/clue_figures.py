@@ -30,15 +30,22 @@ def accuracy_by_clues(lines: list[dict], levels: dict[int, dict], path: Path) ->
     one_clue_best}."""
     figure, axes = plt.subplots(figsize=(7.5, 4.8))
     offsets = np.linspace(-0.12, 0.12, max(1, len(lines)))
-    for offset, line in zip(offsets, lines):
+    for offset, line in zip(offsets, lines, strict=False):
         k = np.asarray(line["k"], dtype=float)
         mean, low, high = (np.asarray(line[key], dtype=float) for key in ("mean", "low", "high"))
         bars = np.where(np.isnan(low), 0, [mean - low, high - mean]) if len(k) else None
-        axes.errorbar(k + offset, 100 * mean, yerr=None if bars is None else 100 * bars, marker="o", capsize=4,
-                      label=line["label"])
+        axes.errorbar(
+            k + offset,
+            100 * mean,
+            yerr=None if bars is None else 100 * bars,
+            marker="o",
+            capsize=4,
+            label=line["label"],
+        )
     ks = sorted(levels)
-    axes.plot(ks, [100 * levels[k]["one_clue_best"] for k in ks], "k--", linewidth=1,
-              label="best reachable from one clue")
+    axes.plot(
+        ks, [100 * levels[k]["one_clue_best"] for k in ks], "k--", linewidth=1, label="best reachable from one clue"
+    )
     axes.plot(ks, [100 * levels[k]["chance"] for k in ks], "k:", linewidth=1, label="chance")
     axes.set_xticks(ks)
     axes.set_xlabel("clues the answer needs (k)")
@@ -51,12 +58,23 @@ def accuracy_by_clues(lines: list[dict], levels: dict[int, dict], path: Path) ->
     return save(figure, path)
 
 
-def clue_attention_grid(cells: dict[tuple[str, int], np.ndarray], variants: list[str], labels: dict[str, str],
-                        ks: list[int], path: Path, title: str) -> Path:
+def clue_attention_grid(
+    cells: dict[tuple[str, int], np.ndarray],
+    variants: list[str],
+    labels: dict[str, str],
+    ks: list[int],
+    path: Path,
+    title: str,
+) -> Path:
     """A heat map per (variant, k): the mean share of each head's attention from the query on
     each clue, heads ordered by the clue they look at most. cells[(variant, k)]: (heads, k)."""
-    figure, grid = plt.subplots(len(variants), len(ks), figsize=(2.3 * len(ks) + 1.5, 1.6 * len(variants) + 1),
-                                layout="constrained", squeeze=False)
+    figure, grid = plt.subplots(
+        len(variants),
+        len(ks),
+        figsize=(2.3 * len(ks) + 1.5, 1.6 * len(variants) + 1),
+        layout="constrained",
+        squeeze=False,
+    )
     image = None
     for row, variant in enumerate(variants):
         for column, k in enumerate(ks):
@@ -68,8 +86,15 @@ def clue_attention_grid(cells: dict[tuple[str, int], np.ndarray], variants: list
             share = np.asarray(share)[np.lexsort((-share.max(1), share.argmax(1)))]
             image = axes.imshow(share, vmin=0, vmax=1, cmap="viridis", aspect="auto")
             for (head, clue), value in np.ndenumerate(share):
-                axes.text(clue, head, f"{value:.2f}", ha="center", va="center", fontsize=6,
-                          color="white" if value < 0.6 else "black")
+                axes.text(
+                    clue,
+                    head,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if value < 0.6 else "black",
+                )
             axes.set_xticks(range(share.shape[1]), [chr(ord("a") + i) for i in range(share.shape[1])], fontsize=7)
             axes.set_yticks(range(share.shape[0]), [str(h) for h in range(share.shape[0])], fontsize=6)
             if row == 0:

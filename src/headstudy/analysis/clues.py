@@ -13,15 +13,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 from headstudy.weights.model import Decoder
 
 # A head focuses on a clue when it puts most of its weight, more than half, on that one token.
 FOCUS = 0.5
 
 
-def query_windows(tokens: np.ndarray, queries: np.ndarray, clue_positions: np.ndarray,
-                  context: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def query_windows(
+    tokens: np.ndarray, queries: np.ndarray, clue_positions: np.ndarray, context: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(windows (n, context), clue columns in the window (n, k), the index of each kept query):
     the window ending at each query whose clues all lie within `context` tokens of it."""
     starts = np.asarray(queries) - context + 1
@@ -49,8 +50,9 @@ class capturing:
 
 
 @torch.no_grad()
-def predict_at_queries(model: Decoder, windows: np.ndarray, answers: np.ndarray,
-                       batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def predict_at_queries(
+    model: Decoder, windows: np.ndarray, answers: np.ndarray, batch_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per query: whether the most likely next token is the answer, the answer's NLL in nats,
     and the attention of the last position in every layer, (n, layers, heads, context)."""
     model.eval()
@@ -66,8 +68,9 @@ def predict_at_queries(model: Decoder, windows: np.ndarray, answers: np.ndarray,
     return np.concatenate(correct), np.concatenate(nll), np.concatenate(rows)
 
 
-def clue_weights(weights: np.ndarray, clue_columns: np.ndarray,
-                 window_types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def clue_weights(
+    weights: np.ndarray, clue_columns: np.ndarray, window_types: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per query, head and clue i: the weight on clue i (the latest token of type i), and the
     weight on the older tokens of type i in the window.
 
@@ -102,8 +105,10 @@ def score_queries(model: Decoder, tokens: np.ndarray, key: dict[str, np.ndarray]
     """Accuracy and mean answer NLL over the test queries, and the clue attention of every layer."""
     windows, columns, kept = query_windows(tokens, key["queries"], key["clue_positions"], model.config.context)
     if not len(kept):
-        raise ConfigError(f"no test query has all its clues within model.context={model.config.context} tokens "
-                          "of it: set data.segment_max below model.context")
+        raise ConfigError(
+            f"no test query has all its clues within model.context={model.config.context} tokens "
+            "of it: set data.segment_max below model.context"
+        )
     answers = key["answers"][kept]
     correct, nll, rows = predict_at_queries(model, windows, answers, batch_size)
     types = key["token_types"][windows]

@@ -23,9 +23,19 @@ def comparisons(rows: list[dict], pairs: list[list], tokens_per_word: float) -> 
     for a, b in ((str(a), str(b)) for a, b in pairs):
         if a in by_variant and b in by_variant:
             ra, rb = by_variant[a], by_variant[b]
-            found.append({"variant_a": a, "variant_b": b, **paired_difference(
-                dict(zip(ra["seeds"], ra["test_ppl"])), dict(zip(rb["seeds"], rb["test_ppl"])), ra["label"], rb["label"],
-                tokens_per_word)})
+            found.append(
+                {
+                    "variant_a": a,
+                    "variant_b": b,
+                    **paired_difference(
+                        dict(zip(ra["seeds"], ra["test_ppl"], strict=False)),
+                        dict(zip(rb["seeds"], rb["test_ppl"], strict=False)),
+                        ra["label"],
+                        rb["label"],
+                        tokens_per_word,
+                    ),
+                }
+            )
     return found
 
 
@@ -42,11 +52,13 @@ def log_ratio_columns(results: list[dict]) -> dict:
 
 
 def comparison_table(found: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame({
-        "B against A": [f"{c['b']} against {c['a']}" for c in found],
-        "Seeds where B is better": [f"{c['b_better_in']}/{len(c['seeds'])}" for c in found],
-        **log_ratio_columns(found),
-    })
+    return pd.DataFrame(
+        {
+            "B against A": [f"{c['b']} against {c['a']}" for c in found],
+            "Seeds where B is better": [f"{c['b_better_in']}/{len(c['seeds'])}" for c in found],
+            **log_ratio_columns(found),
+        }
+    )
 
 
 def claim_sentence(found: list[dict], claim: dict, tokens_per_word: float) -> str | None:
@@ -57,11 +69,13 @@ def claim_sentence(found: list[dict], claim: dict, tokens_per_word: float) -> st
         return None
     theirs = math.log(claim["ppl_b"] / claim["ppl_a"])
     same = "the same direction" if (theirs < 0) == (ours["log_ratio"] < 0) else "the opposite direction"
-    return (f"The course chapter reports {claim['ppl_a']:g} for {ours['a'].lower()} and {claim['ppl_b']:g} for "
-            f"{ours['b'].lower()}: a log-ratio of {theirs:+.3f} ({math.expm1(theirs):+.1%}) in a unit it does not "
-            f"state, on a corpus it does not name. Ours is {ours['log_ratio']:+.3f} per token and "
-            f"{ours['log_ratio_per_word']:+.3f} per word ({tokens_per_word:.3f} tokens per word), so the size of a "
-            f"change depends on the unit; only its sign carries over, and ours has {same}.")
+    return (
+        f"The course chapter reports {claim['ppl_a']:g} for {ours['a'].lower()} and {claim['ppl_b']:g} for "
+        f"{ours['b'].lower()}: a log-ratio of {theirs:+.3f} ({math.expm1(theirs):+.1%}) in a unit it does not "
+        f"state, on a corpus it does not name. Ours is {ours['log_ratio']:+.3f} per token and "
+        f"{ours['log_ratio_per_word']:+.3f} per word ({tokens_per_word:.3f} tokens per word), so the size of a "
+        f"change depends on the unit; only its sign carries over, and ours has {same}."
+    )
 
 
 def factorial_cells(variants: list[str]) -> dict[tuple[int, bool], str] | None:
@@ -78,8 +92,9 @@ def factorial_cells(variants: list[str]) -> dict[tuple[int, bool], str] | None:
     return {(h, p): cells[(h, p)] for h in (complete[0], complete[-1]) for p in (False, True)}
 
 
-def factorial_contrasts(fit: dict, variants: list[str], cells: dict, claim: dict | None, labels: dict,
-                        tokens_per_word: float) -> list[dict]:
+def factorial_contrasts(
+    fit: dict, variants: list[str], cells: dict, claim: dict | None, labels: dict, tokens_per_word: float
+) -> list[dict]:
     """The chapter's comparison and the main effect of heads (both pre-stated); more heads at equal
     parameters (both without the projection), the main effect of the output projection and the
     interaction (exploratory, Holm-adjusted together); each from the pooled residual variance of
@@ -92,27 +107,51 @@ def factorial_contrasts(fit: dict, variants: list[str], cells: dict, claim: dict
     b, a = label(chapter_b, labels), label(chapter_a, labels)
     # name, label, pre-stated, weights, what a clearly negative and a clearly positive estimate mean
     definitions = [
-        ("chapter", f"{b} against {a} (the chapter's comparison)", True, {chapter_b: 1, chapter_a: -1},
-         (f"{b.lower()} better", f"{b.lower()} worse")),
-        ("heads", f"{many} heads against {few}, at equal projection (main effect of heads)", True,
-         {cell(many, False): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(few, True): -0.5},
-         (f"{many} heads better", f"{many} heads worse")),
-        ("equal_parameters", f"{many} heads against {few}, both without the projection (equal parameters)", False,
-         {cell(many, False): 1, cell(few, False): -1}, (f"{many} heads better", f"{many} heads worse")),
-        ("projection", "output projection against none, at equal heads (main effect of the projection)", False,
-         {cell(few, True): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(many, False): -0.5},
-         ("the projection helps", "the projection hurts")),
-        ("interaction", f"what the projection does for {many} heads minus what it does for {few} (interaction)", False,
-         {cell(many, True): 1, cell(many, False): -1, cell(few, True): -1, cell(few, False): 1},
-         (f"the projection does more good with {many} heads than with {few}",
-          f"the projection does more good with {few} head{'s' if few > 1 else ''} than with {many}")),
+        (
+            "chapter",
+            f"{b} against {a} (the chapter's comparison)",
+            True,
+            {chapter_b: 1, chapter_a: -1},
+            (f"{b.lower()} better", f"{b.lower()} worse"),
+        ),
+        (
+            "heads",
+            f"{many} heads against {few}, at equal projection (main effect of heads)",
+            True,
+            {cell(many, False): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(few, True): -0.5},
+            (f"{many} heads better", f"{many} heads worse"),
+        ),
+        (
+            "equal_parameters",
+            f"{many} heads against {few}, both without the projection (equal parameters)",
+            False,
+            {cell(many, False): 1, cell(few, False): -1},
+            (f"{many} heads better", f"{many} heads worse"),
+        ),
+        (
+            "projection",
+            "output projection against none, at equal heads (main effect of the projection)",
+            False,
+            {cell(few, True): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(many, False): -0.5},
+            ("the projection helps", "the projection hurts"),
+        ),
+        (
+            "interaction",
+            f"what the projection does for {many} heads minus what it does for {few} (interaction)",
+            False,
+            {cell(many, True): 1, cell(many, False): -1, cell(few, True): -1, cell(few, False): 1},
+            (
+                f"the projection does more good with {many} heads than with {few}",
+                f"the projection does more good with {few} head{'s' if few > 1 else ''} than with {many}",
+            ),
+        ),
     ]
     results = []
     for name, text, pre_stated, weights, meaning in definitions:
         result = contrast(fit, [weights.get(v, 0) for v in variants], tokens_per_word)
         results.append({"name": name, "label": text, "pre_stated": pre_stated, "meaning": meaning, **result})
     exploratory = [r for r in results if not r["pre_stated"]]
-    for result, adjusted in zip(exploratory, holm([r["p"] for r in exploratory])):
+    for result, adjusted in zip(exploratory, holm([r["p"] for r in exploratory]), strict=False):
         result["p_holm"] = adjusted
         result["significant"] = bool(adjusted < 0.05)
     return results
@@ -121,35 +160,50 @@ def factorial_contrasts(fit: dict, variants: list[str], cells: dict, claim: dict
 def contrast_sentence(result: dict) -> str:
     low, high = result["log_ratio_ci95"]
     if math.isnan(low):
-        return f"{result['label'].capitalize()}: {result['relative']:+.1%} per token; with one seed there is no interval."
-    evidence = (p_is(result["p"]) if result["pre_stated"] else
-                f"exploratory, Holm-adjusted {p_is(result['p_holm'])} (unadjusted {p_value(result['p'])})")
-    outcome = (result["meaning"][result["log_ratio"] > 0] if result["significant"] else
-               "not resolved" + (" after the adjustment" if not result["pre_stated"] and result["p"] < 0.05 else ""))
-    return (f"{result['label'].capitalize()}: {result['relative']:+.1%} per token, {result['relative_per_word']:+.1%} per "
-            f"word (log-ratio {result['log_ratio']:+.3f}, 95% CI {interval(low, high)} per token; {evidence}): {outcome}.")
+        return (
+            f"{result['label'].capitalize()}: {result['relative']:+.1%} per token; with one seed there is no interval."
+        )
+    evidence = (
+        p_is(result["p"])
+        if result["pre_stated"]
+        else f"exploratory, Holm-adjusted {p_is(result['p_holm'])} (unadjusted {p_value(result['p'])})"
+    )
+    outcome = (
+        result["meaning"][result["log_ratio"] > 0]
+        if result["significant"]
+        else "not resolved" + (" after the adjustment" if not result["pre_stated"] and result["p"] < 0.05 else "")
+    )
+    return (
+        f"{result['label'].capitalize()}: {result['relative']:+.1%} per token, {result['relative_per_word']:+.1%} per "
+        f"word (log-ratio {result['log_ratio']:+.3f}, 95% CI {interval(low, high)} per token; {evidence}): {outcome}."
+    )
 
 
 def contrast_table(results: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame({
-        "Contrast": [r["label"] for r in results],
-        "Pre-stated": ["yes" if r["pre_stated"] else "no" for r in results],
-        **log_ratio_columns(results),
-        "p": [p_value(r["p"]) for r in results],
-        "p, Holm-adjusted": [p_value(r["p_holm"]) if "p_holm" in r else "" for r in results],
-    })
+    return pd.DataFrame(
+        {
+            "Contrast": [r["label"] for r in results],
+            "Pre-stated": ["yes" if r["pre_stated"] else "no" for r in results],
+            **log_ratio_columns(results),
+            "p": [p_value(r["p"]) for r in results],
+            "p, Holm-adjusted": [p_value(r["p_holm"]) if "p_holm" in r else "" for r in results],
+        }
+    )
 
 
 def factorial_blocks(contrasts: list[dict]) -> list:
     return [
         ("heading", "Heads or projection: the 2 x 2"),
-        ("text", "The four variants cross head count with the output projection that mixes the heads, so the "
-                 "additive model above separates their effects; each contrast below is a log-ratio with its 95% CI "
-                 "from the pooled residual variance. Pre-stated, before these results: the chapter's comparison and "
-                 "the main effect of heads. Exploratory: more heads at equal parameters (both without the projection), "
-                 "the main effect of the projection and the interaction, whose p-values are Holm-adjusted together "
-                 "(their CIs are not adjusted). The pooled variance assumes that every variant's seeds scatter "
-                 "alike; the paired comparisons above do not."),
+        (
+            "text",
+            "The four variants cross head count with the output projection that mixes the heads, so the "
+            "additive model above separates their effects; each contrast below is a log-ratio with its 95% CI "
+            "from the pooled residual variance. Pre-stated, before these results: the chapter's comparison and "
+            "the main effect of heads. Exploratory: more heads at equal parameters (both without the projection), "
+            "the main effect of the projection and the interaction, whose p-values are Holm-adjusted together "
+            "(their CIs are not adjusted). The pooled variance assumes that every variant's seeds scatter "
+            "alike; the paired comparisons above do not.",
+        ),
         ("table", contrast_table(contrasts)),
         *[("text", contrast_sentence(c)) for c in contrasts],
     ]
@@ -158,11 +212,12 @@ def factorial_blocks(contrasts: list[dict]) -> list:
 def log_ppl_matrix(rows: list[dict]) -> tuple[np.ndarray, list[int]]:
     """Log test perplexity, variants x the seeds every variant has."""
     seeds = sorted(set.intersection(*(set(r["seeds"]) for r in rows)))
-    return np.log([[dict(zip(r["seeds"], r["test_ppl"]))[s] for s in seeds] for r in rows]), seeds
+    return np.log([[dict(zip(r["seeds"], r["test_ppl"], strict=False))[s] for s in seeds] for r in rows]), seeds
 
 
-def pooled_blocks(rows: list[dict], found: list[dict], settings: dict, tokens_per_word: float,
-                  figure_dir: Path) -> tuple[list, dict]:
+def pooled_blocks(
+    rows: list[dict], found: list[dict], settings: dict, tokens_per_word: float, figure_dir: Path
+) -> tuple[list, dict]:
     """Every variant together (additive model, seed as block), the 2 x 2 when the study has it,
     and the forest plot of every comparison."""
     blocks, summary = [], {}
@@ -172,37 +227,62 @@ def pooled_blocks(rows: list[dict], found: list[dict], settings: dict, tokens_pe
     if len(rows) > 1:
         log_ppl, seeds = log_ppl_matrix(rows)
         fit = additive_fit(log_ppl)
-        summary["pooled"] = {"f": fit["f"], "p": fit["p"], "df_variant": fit["df_variant"],
-                             "df_residual": fit["df_residual"], "residual_sd": fit["residual_sd"]}
+        summary["pooled"] = {
+            "f": fit["f"],
+            "p": fit["p"],
+            "df_variant": fit["df_variant"],
+            "df_residual": fit["df_residual"],
+            "residual_sd": fit["residual_sd"],
+        }
         if fit["df_residual"] == 0:
-            blocks.append(("text", "With one seed there is no residual variance, so the variants are not analysed "
-                                   "together."))
+            blocks.append(
+                ("text", "With one seed there is no residual variance, so the variants are not analysed together.")
+            )
         elif settings.get("sweep"):
             pass  # the sweep's own section analyses the head counts together, with their shape
         else:
             differ = "differ" if fit["p"] < 0.05 else "do not clearly differ"
-            blocks.append(("text", f"All {len(rows)} variants together, on the seeds they share ({', '.join(map(str, seeds))}): "
-                                   "log-perplexity = seed effect + variant effect + error, the residual variance pooled "
-                                   f"over every variant ({fit['df_residual']} degrees of freedom, residual sd "
-                                   f"{fit['residual_sd']:.4f} in log-perplexity). The variants {differ}: "
-                                   f"F({fit['df_variant']}, {fit['df_residual']}) = {fit['f']:.2f}, {p_is(fit['p'])}."))
+            blocks.append(
+                (
+                    "text",
+                    f"All {len(rows)} variants together, on the seeds they share ({', '.join(map(str, seeds))}): "
+                    "log-perplexity = seed effect + variant effect + error, the residual variance pooled "
+                    f"over every variant ({fit['df_residual']} degrees of freedom, residual sd "
+                    f"{fit['residual_sd']:.4f} in log-perplexity). The variants {differ}: "
+                    f"F({fit['df_variant']}, {fit['df_residual']}) = {fit['f']:.2f}, {p_is(fit['p'])}.",
+                )
+            )
             cells = factorial_cells(variants)
             if cells:
-                contrasts = factorial_contrasts(fit, variants, cells, settings.get("seed_claim"), labels, tokens_per_word)
+                contrasts = factorial_contrasts(
+                    fit, variants, cells, settings.get("seed_claim"), labels, tokens_per_word
+                )
                 blocks += factorial_blocks(contrasts)
                 summary["contrasts"] = {c["name"]: flat_numbers(c) for c in contrasts}
-    forest_rows = [{**c, "label": f"{c['b']} against {c['a']}\n(paired, {len(c['seeds'])} seed{'s' * (len(c['seeds']) > 1)})"}
-                   for c in found]
-    forest_rows += [{**c, "label": c["label"].replace(" (", "\n(", 1) + ", pooled",
-                     "kind": "pre-stated" if c["pre_stated"] else "exploratory"} for c in contrasts]
+    forest_rows = [
+        {**c, "label": f"{c['b']} against {c['a']}\n(paired, {len(c['seeds'])} seed{'s' * (len(c['seeds']) > 1)})"}
+        for c in found
+    ]
+    forest_rows += [
+        {
+            **c,
+            "label": c["label"].replace(" (", "\n(", 1) + ", pooled",
+            "kind": "pre-stated" if c["pre_stated"] else "exploratory",
+        }
+        for c in contrasts
+    ]
     claim = settings.get("seed_claim")
     if claim:
         theirs = math.log(claim["ppl_b"] / claim["ppl_a"])
         for row in forest_rows:
-            if (row.get("variant_a"), row.get("variant_b")) == (str(claim["a"]), str(claim["b"])) or row.get("name") == "chapter":
+            if (row.get("variant_a"), row.get("variant_b")) == (str(claim["a"]), str(claim["b"])) or row.get(
+                "name"
+            ) == "chapter":
                 row["reference"] = theirs
     # Written even with no comparison, so that the stage's outputs are the same for every study.
-    figure = figures.forest(forest_rows, figure_dir / "comparisons.png", "course chapter (its unit unknown)" if claim else None)
+    figure = figures.forest(
+        forest_rows, figure_dir / "comparisons.png", "course chapter (its unit unknown)" if claim else None
+    )
     return blocks + ([("figure", figure)] if forest_rows else []), summary
 
 
@@ -220,24 +300,44 @@ def flat_numbers(result: dict) -> dict:
 
 def exp_show_columns(found: list[dict]) -> dict:
     """The comparisons once more, keyed `B_vs_A` with one number per key (`compare.4_vs_1.log_ratio`)."""
-    keep = ("relative", "relative_ci95", "log_ratio", "log_ratio_ci95", "relative_per_word", "relative_per_word_ci95",
-            "log_ratio_per_word", "log_ratio_per_word_ci95", "diff_mean", "b_better_in")
+    keep = (
+        "relative",
+        "relative_ci95",
+        "log_ratio",
+        "log_ratio_ci95",
+        "relative_per_word",
+        "relative_per_word_ci95",
+        "log_ratio_per_word",
+        "log_ratio_per_word_ci95",
+        "diff_mean",
+        "b_better_in",
+    )
     return {f"{c['variant_b']}_vs_{c['variant_a']}": flat_numbers({k: c[k] for k in keep}) for c in found}
 
 
 def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float) -> list:
     if not found:
-        return [("heading", "The comparisons"),
-                ("text", f"No comparison: none of the pairs in report.compare ({settings.get('compare', [])}) "
-                         "has both of its variants in study.variants.")]
-    blocks = [("heading", "The comparisons"),
-              ("text", "Each comparison of B against A is the mean over seeds of log ppl(B) - log ppl(A), paired by "
-                       "seed (same seed, same data order), with a 95% Student-t interval on the seeds' spread; "
-                       "negative means B is better. The same log-ratio per word is the one per token times "
-                       f"{tokens_per_word:.3f} tokens per word, so a relative change differs between the units, its "
-                       "sign does not."),
-              ("table", comparison_table(found)),
-              *[("text", verdict(c)) for c in found]]
+        return [
+            ("heading", "The comparisons"),
+            (
+                "text",
+                f"No comparison: none of the pairs in report.compare ({settings.get('compare', [])}) "
+                "has both of its variants in study.variants.",
+            ),
+        ]
+    blocks = [
+        ("heading", "The comparisons"),
+        (
+            "text",
+            "Each comparison of B against A is the mean over seeds of log ppl(B) - log ppl(A), paired by "
+            "seed (same seed, same data order), with a 95% Student-t interval on the seeds' spread; "
+            "negative means B is better. The same log-ratio per word is the one per token times "
+            f"{tokens_per_word:.3f} tokens per word, so a relative change differs between the units, its "
+            "sign does not.",
+        ),
+        ("table", comparison_table(found)),
+        *[("text", verdict(c)) for c in found],
+    ]
     claim = settings.get("seed_claim")
     sentence = claim_sentence(found, claim, tokens_per_word) if claim else None
     if sentence:

@@ -57,12 +57,18 @@ def validation_curves(curves: pd.DataFrame, labels: dict[str, str], path: Path) 
         by_tokens = group.groupby("tokens")["val_ppl"]
         mean = by_tokens.mean()
         seeds = group["seed"].nunique()
-        line, = axes.plot(mean.index, mean.values, marker="o", markersize=3,
-                          label=label + (f" (mean of {seeds} seeds)" if seeds > 1 else ""))
+        (line,) = axes.plot(
+            mean.index,
+            mean.values,
+            marker="o",
+            markersize=3,
+            label=label + (f" (mean of {seeds} seeds)" if seeds > 1 else ""),
+        )
         if seeds > 1:
             banded = True
-            axes.fill_between(mean.index, by_tokens.min().values, by_tokens.max().values, alpha=0.2,
-                              color=line.get_color())
+            axes.fill_between(
+                mean.index, by_tokens.min().values, by_tokens.max().values, alpha=0.2, color=line.get_color()
+            )
     if banded:
         axes.fill_between([], [], [], color="gray", alpha=0.2, label="band: lowest to highest seed")
     plain_log_y(axes)
@@ -86,15 +92,29 @@ def test_perplexity(rows: list[dict], path: Path) -> Path:
     highs = np.array([r["test_ppl_ci95"][1] for r in rows])
     seeds = sorted({s for r in rows for s in r["seeds"]})
     for seed in seeds:
-        points = [(x, dict(zip(r["seeds"], r["test_ppl"]))[seed]) for x, r in zip(positions, rows) if seed in r["seeds"]]
-        axes.plot(*zip(*points), color="gray", linewidth=0.7, marker="o", markersize=3, alpha=0.8)
+        points = [
+            (x, dict(zip(r["seeds"], r["test_ppl"], strict=False))[seed])
+            for x, r in zip(positions, rows, strict=False)
+            if seed in r["seeds"]
+        ]
+        axes.plot(*zip(*points, strict=False), color="gray", linewidth=0.7, marker="o", markersize=3, alpha=0.8)
     axes.plot([], [], color="gray", linewidth=0.7, marker="o", markersize=3, label="one seed (joined across variants)")
     if np.isnan(lows).any():
         axes.scatter(positions + 0.12, means, color="black", marker="D", zorder=3, label="geometric mean over seeds")
     else:
-        axes.errorbar(positions + 0.12, means, yerr=[means - lows, highs - means], fmt="D", color="black",
-                      capsize=5, zorder=3, label="geometric mean over seeds, 95% CI")
-    axes.set_xticks(positions, [f"{textwrap.fill(r['label'], 16)}\n{r['params']:,} parameters" for r in rows], fontsize=8)
+        axes.errorbar(
+            positions + 0.12,
+            means,
+            yerr=[means - lows, highs - means],
+            fmt="D",
+            color="black",
+            capsize=5,
+            zorder=3,
+            label="geometric mean over seeds, 95% CI",
+        )
+    axes.set_xticks(
+        positions, [f"{textwrap.fill(r['label'], 16)}\n{r['params']:,} parameters" for r in rows], fontsize=8
+    )
     axes.set_xlim(-0.5, len(rows) - 0.5)
     axes.yaxis.set_major_formatter(PLAIN)
     axes.set_ylabel("test perplexity per token")
@@ -118,7 +138,7 @@ def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> 
     figure, panels = plt.subplots(1, 2, figsize=(11, height), sharey=True)
     positions = np.arange(len(rows))[::-1]
     for axes, suffix, unit in ((panels[0], "", "per token"), (panels[1], "_per_word", "per word")):
-        for y, row, above in zip(positions, rows, [None, *rows]):
+        for y, row, above in zip(positions, rows, [None, *rows], strict=False):
             if above is not None and ("kind" in row) != ("kind" in above):  # paired rows, then pooled ones
                 axes.axhline(y + 0.5, color="gray", linewidth=0.6, linestyle=":")
             estimate = math.expm1(row[f"log_ratio{suffix}"])
@@ -170,8 +190,13 @@ def budget_evidence(curves: dict[str, pd.DataFrame], gap: pd.Series, budget_toke
     return save(figure, path)
 
 
-def sweep(rows: list[dict], against_one: dict[int, tuple[float, float, float]], reference: dict[int, float],
-          reference_label: str, path: Path) -> Path:
+def sweep(
+    rows: list[dict],
+    against_one: dict[int, tuple[float, float, float]],
+    reference: dict[int, float],
+    reference_label: str,
+    path: Path,
+) -> Path:
     """Left: test perplexity against head count at fixed width, with 95% CIs over seeds. Right:
     each head count against one head as a relative change, with the pooled 95% CI, beside a
     published row (`reference`: log-ratios against one head, in its own unit)."""
@@ -180,8 +205,14 @@ def sweep(rows: list[dict], against_one: dict[int, tuple[float, float, float]], 
     means = np.array([r["test_ppl_mean"] for r in rows])
     lows = np.array([r["test_ppl_ci95"][0] for r in rows])
     highs = np.array([r["test_ppl_ci95"][1] for r in rows])
-    level.errorbar(heads, means, yerr=[means - lows, highs - means], marker="o", capsize=5,
-                   label="geometric mean over seeds, 95% CI")
+    level.errorbar(
+        heads,
+        means,
+        yerr=[means - lows, highs - means],
+        marker="o",
+        capsize=5,
+        label="geometric mean over seeds, 95% CI",
+    )
     for row in rows:
         level.scatter([row["heads"]] * len(row["test_ppl"]), row["test_ppl"], color="black", s=10, zorder=3)
     level.scatter([], [], color="black", s=10, label="one seed")
@@ -190,11 +221,23 @@ def sweep(rows: list[dict], against_one: dict[int, tuple[float, float, float]], 
     level.set_title("Head-count sweep at fixed width")
     counts = sorted(against_one)
     values = np.array([[100 * math.expm1(v) for v in against_one[h]] for h in counts])
-    relative.errorbar(counts, values[:, 0], yerr=[values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]],
-                      marker="o", capsize=5, label="this sweep, per token: pooled 95% CI")
+    relative.errorbar(
+        counts,
+        values[:, 0],
+        yerr=[values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]],
+        marker="o",
+        capsize=5,
+        label="this sweep, per token: pooled 95% CI",
+    )
     shared = sorted(reference)
-    relative.plot(shared, [100 * math.expm1(reference[h]) for h in shared], "D--", color="tab:red",
-                  markerfacecolor="none", label=reference_label)
+    relative.plot(
+        shared,
+        [100 * math.expm1(reference[h]) for h in shared],
+        "D--",
+        color="tab:red",
+        markerfacecolor="none",
+        label=reference_label,
+    )
     relative.axhline(0, color="gray", linewidth=0.8)
     relative.yaxis.set_major_formatter(PERCENT)
     relative.set_ylabel("perplexity against 1 head, relative")
@@ -216,9 +259,10 @@ def learning_rates(final: dict[str, dict[float, float]], selected: dict[str, flo
     grid = sorted({lr for by_lr in final.values() for lr in by_lr})
     for label, by_lr in final.items():
         lrs = sorted(by_lr)
-        line, = axes.plot(lrs, [by_lr[lr] for lr in lrs], marker="o", markersize=4, label=label)
-        axes.plot(selected[label], by_lr[selected[label]], "o", markersize=11, markerfacecolor="none",
-                  color=line.get_color())
+        (line,) = axes.plot(lrs, [by_lr[lr] for lr in lrs], marker="o", markersize=4, label=label)
+        axes.plot(
+            selected[label], by_lr[selected[label]], "o", markersize=11, markerfacecolor="none", color=line.get_color()
+        )
     axes.plot([], [], "o", markersize=11, markerfacecolor="none", color="gray", label="selected (lowest)")
     axes.set_xscale("log")
     axes.set_xticks(grid, [f"{lr:g}" for lr in grid])
@@ -241,8 +285,13 @@ def attention_maps(weights: np.ndarray, labels: list[str], titles: list[str], ti
     rows = -(-heads // columns)
     side = max(3.2, 0.28 * length + 1.2)
     # Fixed gaps rather than tight_layout, which packs the panels until their tick labels touch.
-    figure, axes = plt.subplots(rows, columns, figsize=(side * columns + 2.2, side * rows + 0.4), squeeze=False,
-                                gridspec_kw={"wspace": 0.12, "hspace": 0.15})
+    figure, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(side * columns + 2.2, side * rows + 0.4),
+        squeeze=False,
+        gridspec_kw={"wspace": 0.12, "hspace": 0.15},
+    )
     ticks = range(length)
     image = None
     for head, ax in enumerate(axes.flat):
@@ -270,21 +319,34 @@ def head_scores(rows: list[dict], path: Path) -> Path:
     """Per-head scores, one horizontal row per head (heads ordered within each model by mean
     attention distance, then averaged over seeds): mean over seeds, error bar = sd over seeds."""
     scores = {"previous_token": "previous token", "self": "self", "first_position": "first position"}
-    labels = [f"variant {r['variant']}, layer {r['layer']}, " + (f"rank {r['rank']}" if r["heads"] > 1 else "only head")
-              for r in rows]
+    labels = [
+        f"variant {r['variant']}, layer {r['layer']}, " + (f"rank {r['rank']}" if r["heads"] > 1 else "only head")
+        for r in rows
+    ]
     positions = np.arange(len(rows))[::-1]
     height = 2.0 + 0.45 * len(rows)
     figure, (shares, ablation) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
     bar = 0.8 / len(scores)
     for index, (key, name) in enumerate(scores.items()):
-        shares.barh(positions + (1 - index) * bar, [r[key]["mean"] for r in rows], bar,
-                    xerr=[r[key]["sd"] for r in rows], capsize=2, label=name)
+        shares.barh(
+            positions + (1 - index) * bar,
+            [r[key]["mean"] for r in rows],
+            bar,
+            xerr=[r[key]["sd"] for r in rows],
+            capsize=2,
+            label=name,
+        )
     shares.set_yticks(positions, labels, fontsize=8)
     shares.set_xlabel("mean attention weight\n(error bar: sd over seeds)")
     shares.set_title("Where each head's attention goes", fontsize=10)
     figure.legend(*shares.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3, frameon=False)
-    ablation.barh(positions, [r["ablation_delta_ppl"]["mean"] for r in rows],
-                  xerr=[r["ablation_delta_ppl"]["sd"] for r in rows], capsize=3, color="tab:gray")
+    ablation.barh(
+        positions,
+        [r["ablation_delta_ppl"]["mean"] for r in rows],
+        xerr=[r["ablation_delta_ppl"]["sd"] for r in rows],
+        capsize=3,
+        color="tab:gray",
+    )
     if all(r["ablation_delta_ppl"]["mean"] > 0 for r in rows):
         plain_log_y(ablation, "x")
         ablation.set_xlabel("test perplexity rise when zeroed\n(log scale; error bar: sd over seeds)")

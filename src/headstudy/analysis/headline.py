@@ -39,10 +39,13 @@ def headline(summary: dict) -> dict[str, float]:
     """`test_ppl/VARIANT` (geometric mean over seeds); `change_pct/B_vs_A/per_token` and
     `per_word`, each with `_ci95_low` and `_ci95_high`; the 2 x 2's `contrast_pct/NAME/...`; a
     learning-rate study's `selected_lr/VARIANT`."""
-    return numeric_leaves({
-        "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
-        "change_pct": {f"{c['variant_b']}_vs_{c['variant_a']}": percent_changes(c)
-                       for c in summary.get("comparisons", [])},
-        "contrast_pct": {name: percent_changes(c) for name, c in (summary.get("contrasts") or {}).items()},
-        "selected_lr": summary.get("selected_lr") or {},
-    })
+    return numeric_leaves(
+        {
+            "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
+            "change_pct": {
+                f"{c['variant_b']}_vs_{c['variant_a']}": percent_changes(c) for c in summary.get("comparisons", [])
+            },
+            "contrast_pct": {name: percent_changes(c) for name, c in (summary.get("contrasts") or {}).items()},
+            "selected_lr": summary.get("selected_lr") or {},
+        }
+    )

@@ -27,18 +27,20 @@ def head_label(row: dict) -> str:
 
 
 def heads_table(rows: list[dict], name) -> pd.DataFrame:
-    return pd.DataFrame({
-        "Model": [name(r["variant"]) for r in rows],
-        "Head (by mean distance)": [head_label(r) for r in rows],
-        "Role": [r["role"] for r in rows],
-        "Previous token": [cell(r, "previous_token") for r in rows],
-        "Self": [cell(r, "self") for r in rows],
-        "First position": [cell(r, "first_position") for r in rows],
-        "Distance (tokens)": [cell(r, "distance", 1) for r in rows],
-        "Entropy, nats": [cell(r, "entropy") for r in rows],
-        "Uniform entropy, nats": [f"{r['uniform_entropy']['mean']:.2f}" for r in rows],
-        "Perplexity rise when zeroed": [cell(r, "ablation_delta_ppl", 1) for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "Model": [name(r["variant"]) for r in rows],
+            "Head (by mean distance)": [head_label(r) for r in rows],
+            "Role": [r["role"] for r in rows],
+            "Previous token": [cell(r, "previous_token") for r in rows],
+            "Self": [cell(r, "self") for r in rows],
+            "First position": [cell(r, "first_position") for r in rows],
+            "Distance (tokens)": [cell(r, "distance", 1) for r in rows],
+            "Entropy, nats": [cell(r, "entropy") for r in rows],
+            "Uniform entropy, nats": [f"{r['uniform_entropy']['mean']:.2f}" for r in rows],
+            "Perplexity rise when zeroed": [cell(r, "ablation_delta_ppl", 1) for r in rows],
+        }
+    )
 
 
 def per_seed_table(models: list[dict], name) -> pd.DataFrame | None:
@@ -50,18 +52,26 @@ def per_seed_table(models: list[dict], name) -> pd.DataFrame | None:
             continue
         for layer in sorted({row["layer"] for row in model["head_scores"]}):
             ranked = sorted((r for r in model["head_scores"] if r["layer"] == layer), key=lambda r: r["rank"])
-            lines.append({"Model": name(model["variant"]), "Seed": str(model["seed"]), "Layer": str(layer),
-                          **{f"Rank {r['rank']}: distance (head)": f"{r['distance']:.1f} ({r['head']})" for r in ranked}})
+            lines.append(
+                {
+                    "Model": name(model["variant"]),
+                    "Seed": str(model["seed"]),
+                    "Layer": str(layer),
+                    **{f"Rank {r['rank']}: distance (head)": f"{r['distance']:.1f} ({r['head']})" for r in ranked},
+                }
+            )
     return pd.DataFrame(lines).fillna("") if lines else None
 
 
 def spotlight_table(rows: list[dict], name, substantial: float) -> pd.DataFrame:
-    return pd.DataFrame({
-        "Model": [name(r["variant"]) for r in rows],
-        "Layer": [str(r["layer"]) for r in rows],
-        f"Positions getting > {substantial:g} of some head's weight": [cell(r, "covered_positions") for r in rows],
-        "Distinct top-1 targets of the heads": [cell(r, "distinct_top1") for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "Model": [name(r["variant"]) for r in rows],
+            "Layer": [str(r["layer"]) for r in rows],
+            f"Positions getting > {substantial:g} of some head's weight": [cell(r, "covered_positions") for r in rows],
+            "Distinct top-1 targets of the heads": [cell(r, "distinct_top1") for r in rows],
+        }
+    )
 
 
 def spread(values: list[float]) -> str:
@@ -71,14 +81,16 @@ def spread(values: list[float]) -> str:
 
 def null_table(spotlight: dict) -> pd.DataFrame:
     rows = spotlight["rows"]
-    return pd.DataFrame({
-        "Layer": [str(r["layer"]) for r in rows],
-        "Threshold": [f"{r['threshold']:g}" for r in rows],
-        f"{spotlight['heads']} heads, per seed": [", ".join(f"{c:.2f}" for c in r["multi_covered"]) for r in rows],
-        f"Unions of {spotlight['null_heads']} single heads": [spread(r["null_covered"]) for r in rows],
-        "One single head": [spread(r["single_covered"]) for r in rows],
-        "Position": [r["position"] for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "Layer": [str(r["layer"]) for r in rows],
+            "Threshold": [f"{r['threshold']:g}" for r in rows],
+            f"{spotlight['heads']} heads, per seed": [", ".join(f"{c:.2f}" for c in r["multi_covered"]) for r in rows],
+            f"Unions of {spotlight['null_heads']} single heads": [spread(r["null_covered"]) for r in rows],
+            "One single head": [spread(r["single_covered"]) for r in rows],
+            "Position": [r["position"] for r in rows],
+        }
+    )
 
 
 def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
@@ -93,18 +105,19 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
         f"{', '.join(map(str, seeds))}: {n} models, {spotlight['null_unions']} unions), on the same test windows, "
         f"covers what {k} heads that each attend as a lone head does would cover. Several heads covering more than one "
         f"head is expected by that alone; a division of labour shows only as coverage beyond this null. The single "
-        f"heads are wider than the heads of a multi-head model, so the null is a guide, not an exact match."]
+        f"heads are wider than the heads of a multi-head model, so the null is a guide, not an exact match."
+    ]
     for layer in sorted({r["layer"] for r in spotlight["rows"]}):
         rows = [r for r in spotlight["rows"] if r["layer"] == layer]
         main = min(rows, key=lambda r: abs(r["threshold"] - substantial))
         words = POSITION_WORDS[main["position"]].format(k=k, n=n)
         consequence = {
             "above": "so the heads of one model spread their weight over more places than independent heads "
-                     "would: this measure supports the spotlight picture",
+            "would: this measure supports the spotlight picture",
             "within": "so the heads look at more places than one head only as much as unrelated heads would: "
-                      "this measure gives no evidence that they divide the work",
+            "this measure gives no evidence that they divide the work",
             "below": "so the heads of one model overlap more than independent heads do: the spotlight picture "
-                     "does not hold here",
+            "does not hold here",
             "not above": "so the spotlight picture is not supported by this measure",
             "undetermined": "so this null cannot decide; more single-head models would",
         }[main["position"]]
@@ -116,7 +129,8 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
             f"Layer {layer}, threshold {main['threshold']:g}: {multi} cover "
             f"{', '.join(f'{c:.2f}' for c in main['multi_covered'])} positions per query (one value per seed), "
             f"{words} ({spread(main['null_covered'])}); {consequence}. Over the thresholds "
-            f"{rows[0]['threshold']:g} to {rows[-1]['threshold']:g}: {sweep}.")
+            f"{rows[0]['threshold']:g} to {rows[-1]['threshold']:g}: {sweep}."
+        )
     return sentences
 
 
@@ -127,32 +141,48 @@ def heads_blocks(heads: dict, labels: dict) -> list:
         count, _, extra = variant.partition("-")
         return f"{count} head{'s' if int(count) > 1 else ''}" + (f" ({variant})" if extra else "")
 
-    rules = "; ".join(f"{role}: {rule['score'].replace('_', '-')} score above {rule['above']}"
-                      for role, rule in heads["roles"].items())
+    rules = "; ".join(
+        f"{role}: {rule['score'].replace('_', '-')} score above {rule['above']}"
+        for role, rule in heads["roles"].items()
+    )
     seeds = ", ".join(map(str, heads["rows"][0]["seeds"])) if heads["rows"] else ""
     blocks = [
         ("heading", "Inside the heads"),
-        ("text", "Measured on the whole test split, in every layer, over every query position after the first: "
-                 "the mean attention weight on the previous token, on the token itself and on the first position "
-                 "of the window; the mean distance attended, in tokens; the entropy of the attention, beside that "
-                 "of uniform attention over the visible positions; and the rise in test perplexity when the head's "
-                 "output is zeroed (for a 1-head model that removes attention altogether). A head's number means "
-                 "nothing across trained models, so within each model the heads of a layer are ranked by mean "
-                 f"attention distance (rank 0 the most local) and averaged over seeds {seeds} by rank: mean ± sd."),
+        (
+            "text",
+            "Measured on the whole test split, in every layer, over every query position after the first: "
+            "the mean attention weight on the previous token, on the token itself and on the first position "
+            "of the window; the mean distance attended, in tokens; the entropy of the attention, beside that "
+            "of uniform attention over the visible positions; and the rise in test perplexity when the head's "
+            "output is zeroed (for a 1-head model that removes attention altogether). A head's number means "
+            "nothing across trained models, so within each model the heads of a layer are ranked by mean "
+            f"attention distance (rank 0 the most local) and averaged over seeds {seeds} by rank: mean ± sd.",
+        ),
         ("table", heads_table(heads["rows"], name)),
-        ("text", f"A head is named for a role only when its score passes the threshold set in conf/inspect/ "
-                 f"({rules}); otherwise it is called mixed."),
+        (
+            "text",
+            f"A head is named for a role only when its score passes the threshold set in conf/inspect/ "
+            f"({rules}); otherwise it is called mixed.",
+        ),
     ]
     per_seed = per_seed_table(heads["models"], name)
     if per_seed is not None:
-        blocks += [("text", "Per seed, each multi-head model's heads in rank order: mean attention distance in "
-                            "tokens, and the head's own number in that model."),
-                   ("table", per_seed)]
+        blocks += [
+            (
+                "text",
+                "Per seed, each multi-head model's heads in rank order: mean attention distance in "
+                "tokens, and the head's own number in that model.",
+            ),
+            ("table", per_seed),
+        ]
     blocks += [
         ("heading", "Several spotlights?"),
-        ("text", "The course chapter pictures several heads as spotlights, each following its own clue. If so, the "
-                 "heads of a layer taken together should give substantial weight to more distinct positions than a "
-                 "single head does, and pick different top-1 targets. Per query position, mean ± sd over seeds:"),
+        (
+            "text",
+            "The course chapter pictures several heads as spotlights, each following its own clue. If so, the "
+            "heads of a layer taken together should give substantial weight to more distinct positions than a "
+            "single head does, and pick different top-1 targets. Per query position, mean ± sd over seeds:",
+        ),
         ("table", spotlight_table(heads["layers"], name, heads["substantial_weight"])),
     ]
     spotlight = heads.get("spotlight") or {}
@@ -160,11 +190,19 @@ def heads_blocks(heads: dict, labels: dict) -> list:
         blocks += [("text", sentence) for sentence in null_sentences(spotlight, heads["substantial_weight"], name)]
         blocks.append(("table", null_table(spotlight)))
     else:
-        blocks.append(("text", "No null for the spotlight measure: the study has no model of conf/inspect's "
-                               "spotlight.multi variant, or no single-head model."))
+        blocks.append(
+            (
+                "text",
+                "No null for the spotlight measure: the study has no model of conf/inspect's "
+                "spotlight.multi variant, or no single-head model.",
+            )
+        )
     blocks += [
-        ("text", f"Attention maps of the sentence \"{heads['sentence']}\", first seed of each model, heads in "
-                 "order of mean distance:"),
+        (
+            "text",
+            f'Attention maps of the sentence "{heads["sentence"]}", first seed of each model, heads in '
+            "order of mean distance:",
+        ),
         *[("figure", Path(path)) for path in heads["figures"]["attention_maps"]],
         ("figure", Path(heads["figures"]["head_scores"])),
     ]

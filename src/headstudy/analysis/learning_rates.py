@@ -18,8 +18,9 @@ def final_validation(curves: pd.DataFrame) -> pd.DataFrame:
     return last.groupby(["variant", "lr"])["val_ppl"].apply(lambda ppl: float(np.exp(np.log(ppl).mean()))).unstack("lr")
 
 
-def learning_rate_section(curves: pd.DataFrame, variants: list[str], lrs: list[float], labels: dict,
-                          seeds: list[int], figure_dir: Path) -> tuple[list, dict]:
+def learning_rate_section(
+    curves: pd.DataFrame, variants: list[str], lrs: list[float], labels: dict, seeds: list[int], figure_dir: Path
+) -> tuple[list, dict]:
     """Each variant's learning rate: the grid value with the lowest validation perplexity at the
     last step (the test split is never looked at), whether it sits at an edge of the grid, and
     whether one learning rate suits every variant."""
@@ -27,37 +28,68 @@ def learning_rate_section(curves: pd.DataFrame, variants: list[str], lrs: list[f
     selected = {v: float(final.loc[v].idxmin()) for v in variants}
     edge = {v: selected[v] in (min(lrs), max(lrs)) for v in variants}
     runner_up = {v: float(final.loc[v].nsmallest(2).iloc[-1] / final.loc[v].min() - 1) for v in variants}
-    table = pd.DataFrame({"Model": [label(v, labels) for v in variants],
-                          **{f"lr {lr:g}": [f"{final.loc[v, lr]:.2f}" for v in variants] for lr in lrs},
-                          "Selected lr": [f"{selected[v]:g}" for v in variants],
-                          "Next best lr, worse by": [f"{runner_up[v]:+.1%}" for v in variants]})
-    sentences = ["Final validation perplexity per token (at the last step" + (
-        "" if len(seeds) == 1 else f", geometric mean over seeds {', '.join(map(str, seeds))}") + ") for every "
+    table = pd.DataFrame(
+        {
+            "Model": [label(v, labels) for v in variants],
+            **{f"lr {lr:g}": [f"{final.loc[v, lr]:.2f}" for v in variants] for lr in lrs},
+            "Selected lr": [f"{selected[v]:g}" for v in variants],
+            "Next best lr, worse by": [f"{runner_up[v]:+.1%}" for v in variants],
+        }
+    )
+    sentences = [
+        "Final validation perplexity per token (at the last step"
+        + ("" if len(seeds) == 1 else f", geometric mean over seeds {', '.join(map(str, seeds))}")
+        + ") for every "
         "variant and peak learning rate. Each variant's learning rate is the grid value with the lowest; the test "
-        "split is never looked at."]
+        "split is never looked at."
+    ]
     shared = set(selected.values())
-    sentences.append(f"One learning rate, {selected[variants[0]]:g}, is best for every variant." if len(shared) == 1 else
-                     "The best learning rate differs between variants: " + "; ".join(
-                         f"{label(v, labels).lower()} {selected[v]:g}" for v in variants) + ".")
+    sentences.append(
+        f"One learning rate, {selected[variants[0]]:g}, is best for every variant."
+        if len(shared) == 1
+        else "The best learning rate differs between variants: "
+        + "; ".join(f"{label(v, labels).lower()} {selected[v]:g}" for v in variants)
+        + "."
+    )
     for v in variants:
         if edge[v]:
             side = "lowest" if selected[v] == min(lrs) else "highest"
-            sentences.append(f"For {label(v, labels).lower()} the best is the {side} learning rate of the grid, "
-                             f"{selected[v]:g}: the optimum may lie beyond it, so extend the grid "
-                             f"{'below' if side == 'lowest' else 'above'} it.")
+            sentences.append(
+                f"For {label(v, labels).lower()} the best is the {side} learning rate of the grid, "
+                f"{selected[v]:g}: the optimum may lie beyond it, so extend the grid "
+                f"{'below' if side == 'lowest' else 'above'} it."
+            )
     if len(seeds) == 1:
-        sentences.append("One seed per cell: a difference smaller than the seed-to-seed spread is not resolved, and "
-                         "the last column says how close the runner-up is.")
-    figure = figures.learning_rates({label(v, labels): final.loc[v].to_dict() for v in variants},
-                                    {label(v, labels): selected[v] for v in variants}, figure_dir / "learning_rates.png")
+        sentences.append(
+            "One seed per cell: a difference smaller than the seed-to-seed spread is not resolved, and "
+            "the last column says how close the runner-up is."
+        )
+    figure = figures.learning_rates(
+        {label(v, labels): final.loc[v].to_dict() for v in variants},
+        {label(v, labels): selected[v] for v in variants},
+        figure_dir / "learning_rates.png",
+    )
     chosen = pd.concat([curves[(curves["variant"] == v) & (curves["lr"] == selected[v])] for v in variants])
-    blocks = [("heading", "Selected learning rates"), ("text", sentences[0]), ("table", table),
-              *[("text", s) for s in sentences[1:]], ("figure", figure),
-              ("figure", figures.validation_curves(chosen, {v: f"{label(v, labels)}, lr {selected[v]:g}" for v in variants},
-                                                   figure_dir / "validation_curves.png"))]
-    summary = {"selected_lr": selected,
-               "selected_val_ppl": {v: float(final.loc[v, selected[v]]) for v in variants},
-               "selected_at_grid_edge": edge,
-               "one_lr_for_all": len(shared) == 1,
-               "lr_grid": [{"variant": v, "lr": lr, "final_val_ppl": float(final.loc[v, lr])} for v in variants for lr in lrs]}
+    blocks = [
+        ("heading", "Selected learning rates"),
+        ("text", sentences[0]),
+        ("table", table),
+        *[("text", s) for s in sentences[1:]],
+        ("figure", figure),
+        (
+            "figure",
+            figures.validation_curves(
+                chosen,
+                {v: f"{label(v, labels)}, lr {selected[v]:g}" for v in variants},
+                figure_dir / "validation_curves.png",
+            ),
+        ),
+    ]
+    summary = {
+        "selected_lr": selected,
+        "selected_val_ppl": {v: float(final.loc[v, selected[v]]) for v in variants},
+        "selected_at_grid_edge": edge,
+        "one_lr_for_all": len(shared) == 1,
+        "lr_grid": [{"variant": v, "lr": lr, "final_val_ppl": float(final.loc[v, lr])} for v in variants for lr in lrs],
+    }
     return blocks, summary

@@ -18,22 +18,29 @@ NUMERIC = re.compile(r"[\d\s.,%+\-−–±</\[\]()]*\d[\d\s.,%+\-−–±</\[\](
 
 def numeric_columns(table: pd.DataFrame) -> list[bool]:
     """Columns whose every non-empty cell is a number (or "n/a"): these are right-aligned."""
-    return [any(NUMERIC.fullmatch(str(c)) for c in column) and
-            all(NUMERIC.fullmatch(str(c)) or str(c) in ("", "n/a") for c in column)
-            for _, column in table.items()]
+    return [
+        any(NUMERIC.fullmatch(str(c)) for c in column)
+        and all(NUMERIC.fullmatch(str(c)) or str(c) in ("", "n/a") for c in column)
+        for _, column in table.items()
+    ]
 
 
 def to_markdown(blocks: list[Block], base: Path) -> str:
     out = []
     for kind, content in blocks:
-        out.append({
-            "title": lambda c: f"# {c}",
-            "heading": lambda c: f"## {c}",
-            "text": lambda c: c,
-            "table": lambda c: c.to_markdown(index=False, disable_numparse=True, colalign=[
-                "right" if numeric else "left" for numeric in numeric_columns(c)]),
-            "figure": lambda c: markdown_image(c, base),
-        }[kind](content))
+        out.append(
+            {
+                "title": lambda c: f"# {c}",
+                "heading": lambda c: f"## {c}",
+                "text": lambda c: c,
+                "table": lambda c: c.to_markdown(
+                    index=False,
+                    disable_numparse=True,
+                    colalign=["right" if numeric else "left" for numeric in numeric_columns(c)],
+                ),
+                "figure": lambda c: markdown_image(c, base),
+            }[kind](content)
+        )
     return "\n\n".join(out) + "\n"
 
 
@@ -57,9 +64,13 @@ STYLE = (
 
 def html_table(table: pd.DataFrame) -> str:
     align = [' class="num"' if numeric else "" for numeric in numeric_columns(table)]
-    head = "".join(f"<th{a}>{html.escape(str(name))}</th>" for a, name in zip(align, table.columns))
-    rows = "".join("<tr>" + "".join(f"<td{a}>{html.escape(str(value))}</td>" for a, value in zip(align, row)) + "</tr>"
-                   for row in table.itertuples(index=False))
+    head = "".join(f"<th{a}>{html.escape(str(name))}</th>" for a, name in zip(align, table.columns, strict=False))
+    rows = "".join(
+        "<tr>"
+        + "".join(f"<td{a}>{html.escape(str(value))}</td>" for a, value in zip(align, row, strict=False))
+        + "</tr>"
+        for row in table.itertuples(index=False)
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
@@ -74,7 +85,10 @@ def to_html(blocks: list[Block], title: str) -> str:
             tag = {"title": "h1", "heading": "h2", "text": "p"}[kind]
             text = CODE.sub(r"<code>\1</code>", html.escape(content))
             body.append(f"<{tag}>{text}</{tag}>")
-    return (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

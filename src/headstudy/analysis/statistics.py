@@ -38,18 +38,26 @@ def perplexity_ci95(perplexities) -> tuple[float, float, float]:
 def log_ratio_units(log_ratio: float, low: float, high: float, tokens_per_word: float | None) -> dict:
     """A log-ratio of perplexities per token and its interval, with the same per word (times
     tokens/words) and both as relative changes (ratio - 1)."""
-    result = {"log_ratio": log_ratio, "log_ratio_ci95": [low, high],
-              "relative": math.expm1(log_ratio), "relative_ci95": [math.expm1(low), math.expm1(high)]}
+    result = {
+        "log_ratio": log_ratio,
+        "log_ratio_ci95": [low, high],
+        "relative": math.expm1(log_ratio),
+        "relative_ci95": [math.expm1(low), math.expm1(high)],
+    }
     if tokens_per_word is not None:
         per_word = [value * tokens_per_word for value in (log_ratio, low, high)]
-        result |= {"log_ratio_per_word": per_word[0], "log_ratio_per_word_ci95": per_word[1:],
-                   "relative_per_word": math.expm1(per_word[0]),
-                   "relative_per_word_ci95": [math.expm1(per_word[1]), math.expm1(per_word[2])]}
+        result |= {
+            "log_ratio_per_word": per_word[0],
+            "log_ratio_per_word_ci95": per_word[1:],
+            "relative_per_word": math.expm1(per_word[0]),
+            "relative_per_word_ci95": [math.expm1(per_word[1]), math.expm1(per_word[2])],
+        }
     return result
 
 
-def paired_difference(ppl_a: dict[int, float], ppl_b: dict[int, float], name_a: str, name_b: str,
-                      tokens_per_word: float | None = None) -> dict:
+def paired_difference(
+    ppl_a: dict[int, float], ppl_b: dict[int, float], name_a: str, name_b: str, tokens_per_word: float | None = None
+) -> dict:
     """B against A over the seeds both have: same seed, same data order, so seed-to-seed
     variation cancels. `log_ratio` is the mean over seeds of log ppl_B - log ppl_A, with a 95%
     Student-t interval on S - 1 degrees of freedom (negative means B is better); `b_better_in` of
@@ -79,8 +87,9 @@ def verdict(comparison: dict) -> str:
     a, b = comparison["a"], comparison["b"]
     low, high = comparison["relative_ci95"]
     n = len(comparison["seeds"])
-    numbers = (f"perplexity {comparison['relative']:+.1%} per token (mean paired difference "
-               f"{comparison['diff_mean']:+.2f})")
+    numbers = (
+        f"perplexity {comparison['relative']:+.1%} per token (mean paired difference {comparison['diff_mean']:+.2f})"
+    )
     if n < 2:
         return f"With one seed there is no confidence interval, so no claim is made: {b} against {a}, {numbers}."
     interval = f"95% CI [{low:+.1%}, {high:+.1%}] over {n} seeds"
@@ -102,13 +111,20 @@ def additive_fit(log_ppl: np.ndarray) -> dict:
     variant_means = y.mean(axis=1)
     residuals = y - variant_means[:, None] - y.mean(axis=0)[None, :] + y.mean()
     df_residual = (variants - 1) * (seeds - 1)
-    variance = float((residuals ** 2).sum() / df_residual) if df_residual else math.nan
+    variance = float((residuals**2).sum() / df_residual) if df_residual else math.nan
     df_variant = variants - 1
     between = seeds * float(((variant_means - y.mean()) ** 2).sum()) / df_variant if df_variant else math.nan
     f = between / variance if df_residual and df_variant and variance > 0 else math.nan
-    return {"variant_means": variant_means.tolist(), "seeds": seeds, "residual_variance": variance,
-            "residual_sd": math.sqrt(variance), "df_residual": df_residual, "df_variant": df_variant,
-            "f": f, "p": float(stats.f.sf(f, df_variant, df_residual)) if not math.isnan(f) else math.nan}
+    return {
+        "variant_means": variant_means.tolist(),
+        "seeds": seeds,
+        "residual_variance": variance,
+        "residual_sd": math.sqrt(variance),
+        "df_residual": df_residual,
+        "df_variant": df_variant,
+        "f": f,
+        "p": float(stats.f.sf(f, df_variant, df_residual)) if not math.isnan(f) else math.nan,
+    }
 
 
 def contrast(fit: dict, weights, tokens_per_word: float | None = None) -> dict:
@@ -125,8 +141,14 @@ def contrast(fit: dict, weights, tokens_per_word: float | None = None) -> dict:
     half_width = stats.t.ppf(0.975, df) * se if df else math.nan
     t = estimate / se if df and se > 0 else math.nan
     p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else math.nan
-    return {**log_ratio_units(estimate, estimate - half_width, estimate + half_width, tokens_per_word),
-            "se": se, "df": df, "t": t, "p": p, "significant": bool(p < 0.05)}
+    return {
+        **log_ratio_units(estimate, estimate - half_width, estimate + half_width, tokens_per_word),
+        "se": se,
+        "df": df,
+        "t": t,
+        "p": p,
+        "significant": bool(p < 0.05),
+    }
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -153,9 +175,12 @@ def polynomial_trend(fit: dict, x) -> dict:
     trends = {}
     for degree, name in ((1, "linear"), (2, "quadratic")):
         # Signed so that a positive linear trend rises with x and a positive quadratic one is U-shaped.
-        weights = orthonormal[:, degree] * np.sign(orthonormal[:, degree] @ x ** degree)
+        weights = orthonormal[:, degree] * np.sign(orthonormal[:, degree] @ x**degree)
         result = contrast(fit, weights)
-        trends[name] = {"estimate": result["log_ratio"], **{key: result[key] for key in ("se", "df", "t", "p", "significant")}}
+        trends[name] = {
+            "estimate": result["log_ratio"],
+            **{key: result[key] for key in ("se", "df", "t", "p", "significant")},
+        }
     coefficients, *_ = np.linalg.lstsq(design, means, rcond=None)
     curvature = float(coefficients[2])
     if abs(curvature) < 1e-12 * np.abs(coefficients).max():  # exactly linear means leave round-off here
@@ -163,10 +188,14 @@ def polynomial_trend(fit: dict, x) -> dict:
     lack = float(((means - design @ coefficients) ** 2).sum()) * fit["seeds"]
     df_lack = len(x) - 3
     f_lack = lack / df_lack / fit["residual_variance"] if df_lack and fit["df_residual"] else math.nan
-    return {**trends, "coefficients": coefficients.tolist(),
-            "minimum_at": -float(coefficients[1]) / (2 * curvature) if curvature > 0 else None,
-            "lack_of_fit_f": f_lack, "lack_of_fit_df": df_lack,
-            "lack_of_fit_p": float(stats.f.sf(f_lack, df_lack, fit["df_residual"])) if not math.isnan(f_lack) else math.nan}
+    return {
+        **trends,
+        "coefficients": coefficients.tolist(),
+        "minimum_at": -float(coefficients[1]) / (2 * curvature) if curvature > 0 else None,
+        "lack_of_fit_f": f_lack,
+        "lack_of_fit_df": df_lack,
+        "lack_of_fit_p": float(stats.f.sf(f_lack, df_lack, fit["df_residual"])) if not math.isnan(f_lack) else math.nan,
+    }
 
 
 def union_combinations(members: int, k: int) -> list[tuple[int, ...]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,12 +12,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from headstudy.formats.errors import ConfigError, first_line
+from headstudy.common.errors import ConfigError
 from headstudy.settings.compose import project_root
 
 # The folders dvc.yaml writes, under the project root and under every studies/NAME folder.
-PIPELINE_OUTPUTS = {"prepared": "data/prepared", "models": "models", "metrics": "metrics", "baselines": "metrics",
-                    "reports": "reports"}
+PIPELINE_OUTPUTS = {
+    "prepared": "data/prepared",
+    "models": "models",
+    "metrics": "metrics",
+    "baselines": "metrics",
+    "reports": "reports",
+}
 
 
 def refuse_pipeline_outputs(config: DictConfig, *keys: str) -> None:
@@ -40,8 +44,10 @@ def refuse_pipeline_outputs(config: DictConfig, *keys: str) -> None:
     if clashes:
         given = " ".join(f"paths.{key}={config.paths[key]}" for key in clashes)
         wanted = " ".join(f"paths.{key}=..." for key in clashes)
-        raise ConfigError(f"{given}: the pipeline's own output, written only by `dvc repro`; "
-                          f"for a run by hand pass {wanted} (another folder), or run `dvc repro`")
+        raise ConfigError(
+            f"{given}: the pipeline's own output, written only by `dvc repro`; "
+            f"for a run by hand pass {wanted} (another folder), or run `dvc repro`"
+        )
 
 
 def check_writable(*folders: Path) -> None:
@@ -53,8 +59,10 @@ def check_writable(*folders: Path) -> None:
             with tempfile.NamedTemporaryFile(dir=existing, prefix=".headstudy-write-check-"):
                 pass
         except OSError as error:
-            raise ConfigError(f"{folder} cannot be written ({error.strerror or error}): free it or point "
-                              "paths.* elsewhere before training, which would fail only at its end") from None
+            raise ConfigError(
+                f"{folder} cannot be written ({error.strerror or error}): free it or point "
+                "paths.* elsewhere before training, which would fail only at its end"
+            ) from None
 
 
 @contextmanager
@@ -67,8 +75,10 @@ def only_training_of(resume_folder: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"another process is training this model with these settings now ({lock} is "
-                              "locked): wait for it to finish") from None
+            raise ConfigError(
+                f"another process is training this model with these settings now ({lock} is "
+                "locked): wait for it to finish"
+            ) from None
         try:
             yield
         except BaseException:
@@ -83,32 +93,3 @@ def only_training_of(resume_folder: Path) -> Iterator[None]:
         finally:
             lock.unlink(missing_ok=True)  # no waiter can hold it: a second training is refused, not queued
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextmanager
-def no_half_written_model(model_folder: Path) -> Iterator[None]:
-    """A training that fails while writing its model (a full disk) leaves no staging folder
-    (MODEL.partial) behind, and says so in one line. Its resume state is kept, so the same
-    command, once there is space, only writes the model."""
-    staging = Path(model_folder).with_name(Path(model_folder).name + ".partial")
-    before = folder_identity(staging)  # a leftover of an earlier kill is not this training's write
-    try:
-        yield
-    except BaseException as error:
-        if folder_identity(staging) in (None, before):
-            raise
-        shutil.rmtree(staging, ignore_errors=True)
-        if not isinstance(error, Exception):  # an interrupt stays one
-            raise
-        free = shutil.disk_usage(staging.parent).free
-        raise ConfigError(f"writing the model to {model_folder} failed ({first_line(error)}; {free:,} bytes free "
-                          "there): once it can be written, the same command resumes from the last checkpoint "
-                          "and only writes the model") from None
-
-
-def folder_identity(folder: Path) -> tuple[int, int] | None:
-    try:
-        status = folder.stat()
-    except FileNotFoundError:
-        return None
-    return status.st_ino, status.st_mtime_ns

@@ -64,9 +64,17 @@ class StepProgressBar(TQDMProgressBar):
 
     def init_train_tqdm(self) -> Tqdm:
         return Tqdm(
-            desc="Training", unit="step", total=self.trainer.max_steps, initial=self.trainer.global_step,
-            position=2 * self.process_position, disable=self.is_disabled, leave=True, dynamic_ncols=True,
-            file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT,
+            desc="Training",
+            unit="step",
+            total=self.trainer.max_steps,
+            initial=self.trainer.global_step,
+            position=2 * self.process_position,
+            disable=self.is_disabled,
+            leave=True,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            smoothing=0,
+            bar_format=self.BAR_FORMAT,
         )
 
     def on_train_epoch_start(self, trainer, *_) -> None:
@@ -87,8 +95,11 @@ class StepProgressBar(TQDMProgressBar):
         if on_terminal() or trainer.sanity_checking or self.is_disabled or trainer.state.fn != "fit":
             return
         # Numbers as the bars show them.
-        results = ", ".join(f"{key}={Tqdm.format_num(value) if isinstance(value, (int, float)) else value}"
-                            for key, value in trainer.progress_bar_metrics.items() if key.startswith("val"))
+        results = ", ".join(
+            f"{key}={Tqdm.format_num(value) if isinstance(value, (int, float)) else value}"
+            for key, value in trainer.progress_bar_metrics.items()
+            if key.startswith("val")
+        )
         took = time.perf_counter() - self.validation_started
         # On a line of its own: the training bar's redraws so far share one line, unended.
         sys.stdout.write(f"\nValidation at step {trainer.global_step}: {results or 'done'} ({took:.1f} s)\n")
@@ -131,8 +142,9 @@ def quiet_routine_warnings() -> None:
     if not any(isinstance(existing, DropMessages) for existing in rank_zero.filters):
         rank_zero.addFilter(DropMessages("💡 Tip: For seamless cloud logging"))
     # lightning/pytorch/utilities/_pytree.py on torch >= 2.10: Lightning's code, not ours.
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                            category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+    )
 
 
 def watchers(throughput: Throughput) -> list[L.Callback]:

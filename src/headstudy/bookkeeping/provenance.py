@@ -33,8 +33,14 @@ def git_state() -> dict[str, str]:
 
     commit = git("rev-parse", "HEAD").strip()
     if not commit:
-        return {"commit": "unknown", "dirty": "unknown", "params_changed": "unknown",
-                "diff": "", "untracked": "", "params_diff": ""}
+        return {
+            "commit": "unknown",
+            "dirty": "unknown",
+            "params_changed": "unknown",
+            "diff": "",
+            "untracked": "",
+            "params_diff": "",
+        }
     params = f":(top,glob)**/{PARAMS_FILE}"
     not_code = (PARAMS_FILE, ".gitignore", "dvc.lock", "metrics/**", "reports/**")
     code = [":(top)", *(f":(top,glob,exclude)**/{path}" for path in not_code)]
@@ -44,8 +50,16 @@ def git_state() -> dict[str, str]:
         index = str(Path(scratch) / "index")
         git("read-tree", "HEAD", index=index)
         diff = git("diff", "--", *code, index=index)
-        untracked = git("ls-files", "--others", "--exclude-standard", "--full-name", "--",
-                        str(conf_dir()), str(project_root() / "src"), index=index)
+        untracked = git(
+            "ls-files",
+            "--others",
+            "--exclude-standard",
+            "--full-name",
+            "--",
+            str(conf_dir()),
+            str(project_root() / "src"),
+            index=index,
+        )
         params_diff = git("diff", "--", params, index=index)
         new_params = git("ls-files", "--others", "--exclude-standard", "--", params, index=index)
     return {

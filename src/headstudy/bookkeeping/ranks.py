@@ -5,7 +5,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 
 
 class ResumeStepsAgree(L.Callback):
@@ -21,6 +21,8 @@ class ResumeStepsAgree(L.Callback):
         steps = trainer.strategy.all_gather(torch.tensor(trainer.global_step)).tolist()
         if len(set(steps)) > 1:
             by_process = ", ".join(f"process {rank}: step {step}" for rank, step in enumerate(steps))
-            raise ConfigError(f"the {len(steps)} processes resume from different steps ({by_process}): "
-                              "give every machine the same paths.checkpoints folder (a shared file "
-                              "system), or delete the resume folders under it to start afresh")
+            raise ConfigError(
+                f"the {len(steps)} processes resume from different steps ({by_process}): "
+                "give every machine the same paths.checkpoints folder (a shared file "
+                "system), or delete the resume folders under it to start afresh"
+            )

@@ -39,10 +39,20 @@ from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, 
 from omegaconf import DictConfig
 
 from headstudy.bookkeeping.jobs import in_users_repository
-from headstudy.bookkeeping.provenance import (PARAMS_FILE, dvc_experiment, environment, flatten, git_state,
-                                              in_pipeline, installed_packages, study_folder_name, study_identity)
+
 # train.py asks tracking for the data's md5 in dvc.lock, with what it logs.
-from headstudy.bookkeeping.provenance import dvc_locked_md5  # noqa: F401
+from headstudy.bookkeeping.provenance import (
+    PARAMS_FILE,
+    dvc_experiment,
+    dvc_locked_md5,  # noqa: F401
+    environment,
+    flatten,
+    git_state,
+    in_pipeline,
+    installed_packages,
+    study_folder_name,
+    study_identity,
+)
 
 # Progress bars for small artifacts only clutter the terminal and the one-line errors.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -88,8 +98,13 @@ RESULTS_VIEW = "results"
 RESULTS_COLUMNS = [
     # Not the wide Dataset column, which would push the metrics out of sight.
     "attributes.`Models`",
-    "metrics.`test/ppl`", "metrics.`val/ppl`", "metrics.`train/loss`", "metrics.`model/parameter_count`",
-    "params.`variant`", "params.`seed`", "params.`trainer.max_steps`",
+    "metrics.`test/ppl`",
+    "metrics.`val/ppl`",
+    "metrics.`train/loss`",
+    "metrics.`model/parameter_count`",
+    "params.`variant`",
+    "params.`seed`",
+    "params.`trainer.max_steps`",
 ]
 
 # Tags of a study's parent run: which execution of which study it is, and whether its report
@@ -118,8 +133,11 @@ LOCK_TIMEOUT_S = 120.0
 PROBE_TIMEOUT_S = 5.0
 # While check_store asks an `mlflow server` whether it works: MLflow's own defaults retry a dead
 # server for about 255 s before they give up.
-CHECK_HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+CHECK_HTTP_SETTINGS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433}
 
 # Experiments this process has seen ready, by (store, name): the store created and migrated,
@@ -163,7 +181,7 @@ def store_lock(database: Path) -> Iterator[None]:
     it. A lock file that cannot be made, or a lock held past LOCK_TIMEOUT_S, is one line."""
     from filelock import FileLock, Timeout
 
-    from headstudy.formats.errors import ConfigError
+    from headstudy.common.errors import ConfigError
 
     lock = database.with_name(database.name + ".lock")
     try:  # FileLock would retry a lock file that can never be made for as long as it may wait
@@ -171,14 +189,18 @@ def store_lock(database: Path) -> Iterator[None]:
         with open(lock, "a"):
             pass
     except OSError as error:
-        raise ConfigError(f"cannot open the MLflow store {store_named()}: its lock file {lock} cannot be "
-                          f"created ({error.strerror or error})") from None
+        raise ConfigError(
+            f"cannot open the MLflow store {store_named()}: its lock file {lock} cannot be "
+            f"created ({error.strerror or error})"
+        ) from None
     try:
         with FileLock(lock, timeout=LOCK_TIMEOUT_S):
             yield
     except Timeout:
-        raise ConfigError(f"cannot open the MLflow store {store_named()}: another process has held its lock "
-                          f"{lock} for over {LOCK_TIMEOUT_S:.0f} s; end that process, or try again") from None
+        raise ConfigError(
+            f"cannot open the MLflow store {store_named()}: another process has held its lock "
+            f"{lock} for over {LOCK_TIMEOUT_S:.0f} s; end that process, or try again"
+        ) from None
 
 
 def ensure_store(uri: str, name: str = EXPERIMENT) -> str:
@@ -239,8 +261,9 @@ def get_or_create_experiment(uri: str, name: str = EXPERIMENT) -> str:
         # Beside mlflow.db, whichever directory a later command runs from.
         artifact_location = (store_root() / "mlartifacts").as_uri()
     try:
-        created = mlflow_client.create_experiment(name, artifact_location=artifact_location,
-                                                  tags=EXPERIMENT_DESCRIPTIONS[name])
+        created = mlflow_client.create_experiment(
+            name, artifact_location=artifact_location, tags=EXPERIMENT_DESCRIPTIONS[name]
+        )
     except mlflow.exceptions.MlflowException as error:  # another client of the server was first
         if error.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
@@ -314,8 +337,9 @@ def ui_url(run_id: str | None = None) -> str:
         experiment = client().get_run(run_id).info.experiment_id
         return f"{UI_ADDRESS}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
     experiment = experiment_id()
-    return (f"{UI_ADDRESS}/#/experiments/{experiment}/runs"
-            f"?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}")
+    return (
+        f"{UI_ADDRESS}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}"
+    )
 
 
 def training_params(config: DictConfig) -> dict[str, str]:
@@ -470,8 +494,12 @@ def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, voca
         with active_run(run_id):
             info = mlflow.pytorch.log_model(
                 # MLflow refuses a dot in a model name (h4-lr0.006-s0).
-                model, name=name.replace(".", "p"), signature=signature, input_example=example,
-                serialization_format="pt2", step=step,
+                model,
+                name=name.replace(".", "p"),
+                signature=signature,
+                input_example=example,
+                serialization_format="pt2",
+                step=step,
                 # Loading the exported graph needs torch alone; no slow inference of requirements.
                 pip_requirements=[f"torch=={torch.__version__}"],
                 # MLflow's serving check feeds the example as a list, which the pytorch flavour
@@ -488,15 +516,17 @@ def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, voca
 def file_lock(name: str) -> Iterator[None]:
     """An exclusive lock among this machine's processes that share the tracking store, waited
     for at most LOCK_TIMEOUT_S."""
-    from headstudy.formats.errors import ConfigError
+    from headstudy.common.errors import ConfigError
 
     store = hashlib.sha256(tracking_uri().encode()).hexdigest()[:12]
     path = Path(tempfile.gettempdir()) / f"headstudy-{store}-{name}.lock"
     try:
         handle = open(path, "a")
     except OSError as error:
-        raise ConfigError(f"cannot use the MLflow store {store_named()}: the lock file {path} cannot be "
-                          f"created ({error.strerror or error})") from None
+        raise ConfigError(
+            f"cannot use the MLflow store {store_named()}: the lock file {path} cannot be "
+            f"created ({error.strerror or error})"
+        ) from None
     with handle:
         deadline = time.monotonic() + LOCK_TIMEOUT_S
         while True:
@@ -505,9 +535,11 @@ def file_lock(name: str) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise ConfigError(f"cannot use the MLflow store {store_named()}: another process has held "
-                                      f"the lock {path} for over {LOCK_TIMEOUT_S:.0f} s; end that process, "
-                                      "or try again") from None
+                    raise ConfigError(
+                        f"cannot use the MLflow store {store_named()}: another process has held "
+                        f"the lock {path} for over {LOCK_TIMEOUT_S:.0f} s; end that process, "
+                        "or try again"
+                    ) from None
                 time.sleep(0.05)
         try:
             yield
@@ -658,7 +690,7 @@ def check_store() -> None:
     """Open the store (creating it if new) before any work: a store that cannot be opened stops
     the command with one line, within seconds, instead of a traceback from deep inside MLflow
     (or, for a server that is down, after MLflow's four minutes of retries)."""
-    from headstudy.formats.errors import ConfigError, first_line
+    from headstudy.common.errors import ConfigError, first_line
 
     uri = tracking_uri()
     probe_network_store(uri)
@@ -674,7 +706,7 @@ def check_store() -> None:
 def probe_network_store(uri: str) -> None:
     """A store on another machine (an `mlflow server`, a database) must accept a connection
     within PROBE_TIMEOUT_S; nothing listening is one line at once."""
-    from headstudy.formats.errors import ConfigError
+    from headstudy.common.errors import ConfigError
 
     try:
         parts = urlsplit(uri)
@@ -687,8 +719,10 @@ def probe_network_store(uri: str) -> None:
         socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
     except OSError as error:
         reason = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error))
-        raise ConfigError(f"cannot open the MLflow store {store_named()}: nothing accepts a connection at "
-                          f"{host}:{port} ({reason}); start the server, or correct the address") from None
+        raise ConfigError(
+            f"cannot open the MLflow store {store_named()}: nothing accepts a connection at "
+            f"{host}:{port} ({reason}); start the server, or correct the address"
+        ) from None
 
 
 @contextmanager
@@ -714,7 +748,7 @@ def find_training_run(name: str, weights_sha256: str) -> str | None:
     runs = client().search_runs(
         existing_experiment_ids(),  # a study's runs, and runs by hand
         filter_string=f"tags.`mlflow.runName` = '{name}' and tags.`weights.sha256` = '{weights_sha256}' "
-                      "and attributes.status = 'FINISHED'",
+        "and attributes.status = 'FINISHED'",
     )
     runs = [run for run in runs if "reproduces" not in run.data.tags]
     runs.sort(key=lambda run: (run.data.tags.get("stage", "manual") == "manual", -run.info.start_time))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 
 VARIANT = re.compile(r"(\d+)(?:-([a-z][a-z0-9_]*))?")
 
@@ -18,14 +18,20 @@ def parse_variant(variant) -> tuple[int, str | None]:
     """(heads, settings file name or None), or a one-line refusal."""
     match = VARIANT.fullmatch(str(variant))
     if not match or int(match[1]) < 1:
-        raise ConfigError(f"variant={variant}: expected a head count, optionally followed by -NAME for "
-                          "conf/variant/NAME.yaml (e.g. 4 or 1-mix)")
+        raise ConfigError(
+            f"variant={variant}: expected a head count, optionally followed by -NAME for "
+            "conf/variant/NAME.yaml (e.g. 4 or 1-mix)"
+        )
     return int(match[1]), match[2]
 
 
 def model_name(variant, seed: int, lr: float | None = None, clues: int | None = None) -> str:
-    return (f"h{variant}" + (f"-lr{lr:g}" if lr is not None else "")
-            + (f"-k{clues}" if clues is not None else "") + f"-s{seed}")
+    return (
+        f"h{variant}"
+        + (f"-lr{lr:g}" if lr is not None else "")
+        + (f"-k{clues}" if clues is not None else "")
+        + f"-s{seed}"
+    )
 
 
 def task_folder(clues: int) -> str:

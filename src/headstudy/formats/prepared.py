@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headstudy.formats.errors import ConfigError, first_line
+from headstudy.common.errors import ConfigError, first_line
 
 SPLITS = ("train", "valid", "test")
 TOKENIZER_FILE = "tokenizer.json"
@@ -30,16 +30,22 @@ def load_tokens(prepared: Path, split: str) -> np.ndarray:
         # No pickles: a token file is plain numbers, and a pickle could run code.
         tokens = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
-        raise ConfigError(f"{path} is not a readable .npy token array ({first_line(error)}): "
-                          "prepare the data again (dvc repro prepare)") from None
+        raise ConfigError(
+            f"{path} is not a readable .npy token array ({first_line(error)}): "
+            "prepare the data again (dvc repro prepare)"
+        ) from None
     if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
-        raise ConfigError(f"{path} holds a {tokens.dtype} array of shape {tokens.shape}: "
-                          "expected one row of integer token ids (dvc repro prepare)")
+        raise ConfigError(
+            f"{path} holds a {tokens.dtype} array of shape {tokens.shape}: "
+            "expected one row of integer token ids (dvc repro prepare)"
+        )
     vocab_size = prepared_vocab_size(prepared)
     lowest, highest = (int(tokens.min()), int(tokens.max())) if len(tokens) else (0, 0)
     if lowest < 0 or highest >= vocab_size:
-        raise ConfigError(f"{path} holds token id {highest if highest >= vocab_size else lowest}, but the "
-                          f"tokenizer has {vocab_size} tokens (ids 0 to {vocab_size - 1}): prepare the data again")
+        raise ConfigError(
+            f"{path} holds token id {highest if highest >= vocab_size else lowest}, but the "
+            f"tokenizer has {vocab_size} tokens (ids 0 to {vocab_size - 1}): prepare the data again"
+        )
     return tokens
 
 
@@ -57,8 +63,9 @@ def prepared_vocab_size(prepared: Path) -> int:
     """The prepared tokenizer's size, as prepare recorded it beside the token files."""
     vocab_size = load_stats(prepared).get("vocab_size")
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
-        raise ConfigError(f"{Path(prepared) / STATS_FILE} has no valid vocab_size ({vocab_size!r}): "
-                          "prepare the data again")
+        raise ConfigError(
+            f"{Path(prepared) / STATS_FILE} has no valid vocab_size ({vocab_size!r}): prepare the data again"
+        )
     return vocab_size
 
 
@@ -75,15 +82,20 @@ def check_vocab_size(prepared: Path, vocab_size: int, key: str) -> None:
 
 def check_length(tokens: np.ndarray, minimum: int, path: Path, needed_for: str) -> None:
     if len(tokens) < minimum:
-        raise ConfigError(f"{path} holds {len(tokens)} tokens, fewer than the {minimum} that "
-                          f"{needed_for} needs: use a larger corpus")
+        raise ConfigError(
+            f"{path} holds {len(tokens)} tokens, fewer than the {minimum} that {needed_for} needs: use a larger corpus"
+        )
 
 
 def check_training_data(prepared: Path, vocab_size: int, context: int) -> None:
     """Everything training needs from the prepared data, checked before a run starts."""
     check_vocab_size(prepared, vocab_size, "model.vocab_size")
-    check_length(load_tokens(prepared, "train"), context + 1, tokens_path(prepared, "train"),
-                 f"one training window (model.context={context}, plus its next token)")
+    check_length(
+        load_tokens(prepared, "train"),
+        context + 1,
+        tokens_path(prepared, "train"),
+        f"one training window (model.context={context}, plus its next token)",
+    )
     check_length(load_tokens(prepared, "valid"), 2, tokens_path(prepared, "valid"), "validation")
 
 
@@ -98,8 +110,11 @@ def sha256_file(path: Path) -> str:
 def prepared_file_hashes(prepared: Path) -> dict[str, str]:
     """sha256 of every prepared file, by its path inside the folder, in name order."""
     prepared = Path(prepared)
-    return {path.relative_to(prepared).as_posix(): sha256_file(path)
-            for path in sorted(prepared.rglob("*")) if path.is_file()}
+    return {
+        path.relative_to(prepared).as_posix(): sha256_file(path)
+        for path in sorted(prepared.rglob("*"))
+        if path.is_file()
+    }
 
 
 def digest_of(file_hashes: dict[str, str]) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from headstudy.formats.errors import ConfigError, first_line
-from headstudy.formats.files import write_json
+from headstudy.common.errors import ConfigError, first_line
+from headstudy.common.files import write_json
 
 QUERIES_FILE = "test_queries.npz"
 TASK_FILE = "task.json"
@@ -22,9 +22,13 @@ ARRAYS = ("queries", "answers", "clue_positions", "token_types")
 
 
 def write_queries(prepared: Path, queries, answers, clue_positions, token_types) -> None:
-    np.savez(Path(prepared) / QUERIES_FILE, queries=np.asarray(queries, dtype=np.int64),
-             answers=np.asarray(answers, dtype=np.int64), clue_positions=np.asarray(clue_positions, dtype=np.int64),
-             token_types=np.asarray(token_types, dtype=np.int64))
+    np.savez(
+        Path(prepared) / QUERIES_FILE,
+        queries=np.asarray(queries, dtype=np.int64),
+        answers=np.asarray(answers, dtype=np.int64),
+        clue_positions=np.asarray(clue_positions, dtype=np.int64),
+        token_types=np.asarray(token_types, dtype=np.int64),
+    )
 
 
 def write_task(prepared: Path, task: dict) -> None:
@@ -55,13 +59,15 @@ def load_queries(prepared: Path, test: np.ndarray, vocab_size: int) -> dict[str,
         with np.load(path, allow_pickle=False) as saved:
             arrays = {key: saved[key] for key in ARRAYS}
     except (ValueError, OSError, EOFError, KeyError) as error:
-        raise ConfigError(f"{path} is not a readable answer key ({first_line(error)}): "
-                          "prepare the data again") from None
+        raise ConfigError(
+            f"{path} is not a readable answer key ({first_line(error)}): prepare the data again"
+        ) from None
     queries, answers, clues, types = (arrays[key] for key in ARRAYS)
     problems = []
     if queries.ndim != 1 or answers.shape != queries.shape or clues.ndim != 2 or len(clues) != len(queries):
-        problems.append(f"shapes queries {queries.shape}, answers {answers.shape}, "
-                        f"clue_positions {clues.shape} disagree")
+        problems.append(
+            f"shapes queries {queries.shape}, answers {answers.shape}, clue_positions {clues.shape} disagree"
+        )
     elif len(queries) and (queries.min() < 0 or queries.max() >= test_length - 1):
         problems.append(f"a query lies outside the {test_length} test tokens (or has no answer after it)")
     elif clues.size and (clues.min() < 0 or (clues >= queries[:, None]).any()):

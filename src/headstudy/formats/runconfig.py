@@ -1,9 +1,11 @@
 """The resolved config files in configs/: what each stage reads, written by the configure stage.
 
 `configs/train/NAME.yaml` holds one model's settings. Its training section (TRAINING_KEYS) is
-exactly what shapes the weights: it keys the resume checkpoint, becomes the model's MLflow params
-and is saved as models/NAME/config.yaml. The rest of the file (name, threads, paths) says where
-and how to run, and gives bit-identical weights whatever it holds."""
+what the study chooses to shape the weights: it keys the resume checkpoint, becomes the model's
+MLflow params and is saved as models/NAME/config.yaml. The rest of the file says where and how
+to run: name and paths never change the weights; threads is the environment, as the CPU and the
+PyTorch build are, and like them can change the last bits of the weights (CPU kernels split their
+sums by thread), so a study fixes it and a reproduction uses the recorded value."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.formats.errors import ConfigError, first_line
+from headstudy.common.errors import ConfigError, first_line
 
 TRAINING_KEYS = ("variant", "seed", "data", "model", "trainer", "optimizer")
 HEADER = "# Written by `headstudy configure` from conf/ and params.yaml: edit those, not this file.\n"

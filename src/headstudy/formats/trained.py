@@ -3,13 +3,12 @@
 (run.json): name, variant, heads, seed, learning rate, parameter count, the weights' sha256 and
 the sha256 of the prepared data it was trained on. Only content that the same inputs reproduce
 bit for bit: the MLflow run id and the measured speed live in MLflow. Plain PyTorch: no
-Lightning needed to read it back, and the weights are hashed on every load."""
+Lightning needed to read it back. load_trained, the one way evaluate and inspect read a model,
+hashes its weights on every load and refuses any that differ from run.json's record."""
 
 from __future__ import annotations
 
-import json
 import pickle
-import shutil
 import zipfile
 from pathlib import Path
 
@@ -18,8 +17,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from headstudy.formats.errors import ConfigError, first_line
-from headstudy.formats.files import write_json
+from headstudy.common.errors import ConfigError, first_line
+from headstudy.common.files import read_json, staged_folder, write_json
+from headstudy.common.trees import flatten
 from headstudy.formats.prepared import check_vocab_size, digest_of, prepared_file_hashes
 from headstudy.formats.runconfig import training_section
 from headstudy.weights.model import Decoder, ModelConfig, weights_sha256
@@ -37,24 +37,17 @@ def read_run(directory: Path) -> dict:
     path = Path(directory) / RUN_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: no trained model in {directory} (train it first: dvc repro)")
-    try:
-        return json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path} is not valid JSON ({error}): train the model again") from None
+    return read_json(path, remedy="train the model again")
 
 
 def write_model(directory: Path, model: Decoder, config: DictConfig, record: dict) -> None:
-    staging = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    torch.save(
-        {"model_config": OmegaConf.to_container(config.model), "state_dict": model.state_dict()},
-        staging / MODEL_FILE,
-    )
-    (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(training_section(config), sort_keys=True))
-    write_json(staging / RUN_FILE, record)
-    shutil.rmtree(directory, ignore_errors=True)
-    staging.rename(directory)
+    with staged_folder(directory) as staging:
+        torch.save(
+            {"model_config": OmegaConf.to_container(config.model), "state_dict": model.state_dict()},
+            staging / MODEL_FILE,
+        )
+        (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(training_section(config), sort_keys=True))
+        write_json(staging / RUN_FILE, record)
 
 
 def data_record(prepared: Path) -> dict:
@@ -78,7 +71,8 @@ def training_record(config: DictConfig, model: Decoder, data: dict) -> dict:
 
 
 def load_model(directory: Path, weights: str | None = None) -> Decoder:
-    """The saved model, refused unless its weights hash to `weights` (run.json's record) when given."""
+    """The saved model, refused unless its weights hash to `weights` (run.json's record) when given:
+    a model.pt changed after training would otherwise load and be scored silently."""
     path = Path(directory) / MODEL_FILE
     if not path.is_file():
         raise ConfigError(f"{path} not found: no trained model in {directory} (train it first: dvc repro)")
@@ -86,10 +80,24 @@ def load_model(directory: Path, weights: str | None = None) -> Decoder:
         saved = torch.load(path, map_location="cpu", weights_only=True)
         model = Decoder(ModelConfig(**saved["model_config"]))
         model.load_state_dict(saved["state_dict"])
-    except (RuntimeError, OSError, EOFError, KeyError, TypeError, ValueError,
-            pickle.UnpicklingError, zipfile.BadZipFile) as error:
-        raise ConfigError(f"{path} is not a readable headstudy model ({first_line(error)}): "
-                          "train it again") from None
+    except (
+        RuntimeError,
+        OSError,
+        EOFError,
+        KeyError,
+        TypeError,
+        ValueError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+    ) as error:
+        raise ConfigError(f"{path} is not a readable headstudy model ({first_line(error)}): train it again") from None
+    found = weights_sha256(model)
+    if weights is not None and found != weights:
+        raise ConfigError(
+            f"{path}: its weights hash to {found[:12]}..., but {Path(directory) / RUN_FILE} "
+            f"records {weights[:12]}... for this model: the file changed after training; "
+            "train it again (dvc repro)"
+        )
     return model.eval()
 
 
@@ -114,15 +122,20 @@ def check_saved_config(directory: Path, config: DictConfig) -> None:
     if not path.is_file():
         raise ConfigError(f"{path} not found: {directory} is not a complete trained model (train it again)")
     try:
-        saved = flat(OmegaConf.to_container(OmegaConf.load(path)))
+        saved = flatten(OmegaConf.to_container(OmegaConf.load(path)))
     except (OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError, OSError) as error:
         raise ConfigError(f"{path} is not a readable config ({first_line(error)}): train the model again") from None
-    asked = flat(OmegaConf.to_container(training_section(config)))
-    differing = [f"{key} (saved {saved.get(key)!r}, requested {asked.get(key)!r})"
-                 for key in sorted(set(saved) | set(asked)) if str(saved.get(key)) != str(asked.get(key))]
+    asked = flatten(OmegaConf.to_container(training_section(config)))
+    differing = [
+        f"{key} (saved {saved.get(key)!r}, requested {asked.get(key)!r})"
+        for key in sorted(set(saved) | set(asked))
+        if str(saved.get(key)) != str(asked.get(key))
+    ]
     if differing:
-        raise ConfigError(f"{path} differs from the requested config in {', '.join(differing)}: "
-                          "request the model's own settings, or train it again with these (dvc repro)")
+        raise ConfigError(
+            f"{path} differs from the requested config in {', '.join(differing)}: "
+            "request the model's own settings, or train it again with these (dvc repro)"
+        )
 
 
 def check_trained_data(directory: Path, record: dict, prepared: Path) -> None:
@@ -135,10 +148,13 @@ def check_trained_data(directory: Path, record: dict, prepared: Path) -> None:
     found = prepared_file_hashes(prepared)
     differing = sorted(name for name in set(recorded) | set(found) if recorded.get(name) != found.get(name))
     if differing:
-        described = ", ".join(f"{prepared / name} ({file_difference(recorded.get(name), found.get(name))})"
-                              for name in differing)
-        raise ConfigError(f"the prepared data differs from what {run_file} recorded at training: {described}: "
-                          "train the model again on this data (dvc repro), or point paths.prepared at its data")
+        described = ", ".join(
+            f"{prepared / name} ({file_difference(recorded.get(name), found.get(name))})" for name in differing
+        )
+        raise ConfigError(
+            f"the prepared data differs from what {run_file} recorded at training: {described}: "
+            "train the model again on this data (dvc repro), or point paths.prepared at its data"
+        )
 
 
 def file_difference(recorded: str | None, found: str | None) -> str:
@@ -147,11 +163,3 @@ def file_difference(recorded: str | None, found: str | None) -> str:
     if recorded is None:
         return "not there at training"
     return f"sha256 {found[:12]}..., recorded {recorded[:12]}..."
-
-
-def flat(tree, prefix: str = "") -> dict:
-    """{"model.n_heads": 4, ...}: every leaf of a nested mapping by its dotted key."""
-    if isinstance(tree, dict):
-        return {key: value for name, child in tree.items()
-                for key, value in flat(child, f"{prefix}{name}.").items()}
-    return {prefix.rstrip("."): tree}

@@ -19,7 +19,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from headstudy.formats.errors import ConfigError, first_line
+from headstudy.common.errors import ConfigError, first_line
 from headstudy.formats.names import model_name, parse_variant
 from headstudy.formats.runconfig import TRAINING_KEYS
 
@@ -61,7 +61,9 @@ def read_params(path: Path = PARAMS_FILE, required: bool = False) -> dict:
     if params is None:
         return {}
     if not isinstance(params, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections (study:, trainer:, ...), got {type(params).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of sections (study:, trainer:, ...), got {type(params).__name__}"
+        )
     return params
 
 
@@ -99,8 +101,9 @@ def variant_settings(params: dict, overrides: list[str]) -> list[str]:
     per_variant = {str(key): value for key, value in (study.get("variant_overrides") or {}).items()}
     settings = per_variant.get(chosen[-1], []) if chosen else []
     if not isinstance(settings, list) or not all(isinstance(item, str) and "=" in item for item in settings):
-        raise ConfigError(f"study.variant_overrides.{chosen[-1]} in {PARAMS_FILE} must be a list of key=value, "
-                          f"got {settings!r}")
+        raise ConfigError(
+            f"study.variant_overrides.{chosen[-1]} in {PARAMS_FILE} must be a list of key=value, got {settings!r}"
+        )
     return settings
 
 
@@ -143,8 +146,11 @@ def compose_config(overrides: list[str], params: dict | None = None) -> DictConf
 
 def groups(directory: Path) -> list[str]:
     """The config groups of conf/, nested ones as `model/variant`."""
-    return sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*")
-                  if path.is_dir() and any(path.glob("*.yaml")))
+    return sorted(
+        path.relative_to(directory).as_posix()
+        for path in directory.rglob("*")
+        if path.is_dir() and any(path.glob("*.yaml"))
+    )
 
 
 def group_options(directory: Path, group: str) -> list[str]:
@@ -195,9 +201,10 @@ def override_hints(overrides: list[str], directory: Path) -> str:
             options = group_options(directory, name)
             if value not in options:
                 close = difflib.get_close_matches(value, options, n=1)
-                hints.append(f"{head}{value}: conf/{name}/ has no option {value!r}"
-                             + (f" (did you mean {head}{close[0]}?)" if close else
-                                f"; the options are {', '.join(options)}"))
+                hints.append(
+                    f"{head}{value}: conf/{name}/ has no option {value!r}"
+                    + (f" (did you mean {head}{close[0]}?)" if close else f"; the options are {', '.join(options)}")
+                )
         elif name not in keys and not any(known.startswith(name + ".") for known in keys):
             close = difflib.get_close_matches(name, keys + all_groups, n=1, cutoff=0.6)
             hints.append(f"{name} is not a config key" + (f" (did you mean {close[0]}?)" if close else ""))
@@ -205,8 +212,6 @@ def override_hints(overrides: list[str], directory: Path) -> str:
     if unknown_without_guess:  # said once, after all of them
         hints[-1] += "; `headstudy config` prints every key"
     return "; ".join(hints)
-
-
 
 
 def model_config(config: DictConfig):
@@ -249,7 +254,9 @@ def validate(config: DictConfig) -> None:
         problems.append(f"optimizer.weight_decay must be a finite number >= 0, got {optimizer.weight_decay!r}")
     betas = optimizer.betas
     if not (OmegaConf.is_list(betas) and len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)):
-        problems.append(f"optimizer.betas must be two numbers in [0, 1), got {OmegaConf.to_container(betas) if OmegaConf.is_list(betas) else betas!r}")
+        problems.append(
+            f"optimizer.betas must be two numbers in [0, 1), got {OmegaConf.to_container(betas) if OmegaConf.is_list(betas) else betas!r}"
+        )
     for key in ("start_factor", "final_factor"):
         if not is_number(optimizer[key]) or optimizer[key] < 0:
             problems.append(f"optimizer.{key} must be a finite number >= 0, got {optimizer[key]!r}")
@@ -262,11 +269,14 @@ def validate(config: DictConfig) -> None:
     problems += model_config(config).problems()
     heads, _ = parse_variant(config.variant)
     if heads != config.model.n_heads:
-        problems.append(f"variant={config.variant} names {heads} heads, but model.n_heads="
-                        f"{config.model.n_heads}: set one of them")
+        problems.append(
+            f"variant={config.variant} names {heads} heads, but model.n_heads={config.model.n_heads}: set one of them"
+        )
     if not problems and config.trainer.val_every_steps > config.trainer.max_steps:
-        problems.append(f"trainer.val_every_steps={config.trainer.val_every_steps} is more than trainer.max_steps="
-                        f"{config.trainer.max_steps}: no validation would run, and the curves would stay empty")
+        problems.append(
+            f"trainer.val_every_steps={config.trainer.val_every_steps} is more than trainer.max_steps="
+            f"{config.trainer.max_steps}: no validation would run, and the curves would stay empty"
+        )
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -276,8 +286,15 @@ def validate(config: DictConfig) -> None:
 STAGE_KEYS = {
     "prepare": ("data", "paths.prepared"),
     "baselines": ("data", "baselines", "paths.prepared", "paths.baselines"),
-    "train": ("name", *TRAINING_KEYS, "threads",
-              "paths.prepared", "paths.models", "paths.metrics", "paths.checkpoints"),
+    "train": (
+        "name",
+        *TRAINING_KEYS,
+        "threads",
+        "paths.prepared",
+        "paths.models",
+        "paths.metrics",
+        "paths.checkpoints",
+    ),
     "inspect": ("inspect", "threads", "paths.prepared", "paths.models", "paths.reports"),
     "report": ("paths.prepared", "paths.metrics", "paths.baselines", "paths.reports"),
 }

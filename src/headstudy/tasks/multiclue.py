@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headstudy.formats.errors import ConfigError
+from headstudy.common.errors import ConfigError
 
 QUERY = "?"
 SPLIT_NUMBER = {"train": 0, "valid": 1, "test": 2}
@@ -77,8 +77,9 @@ class Layout:
 
     def tokens(self) -> list[str]:
         """Every token's text, by id."""
-        names = [f"{string.ascii_lowercase[kind]}{value}" for kind in range(self.clue_types)
-                 for value in range(self.values)]
+        names = [
+            f"{string.ascii_lowercase[kind]}{value}" for kind in range(self.clue_types) for value in range(self.values)
+        ]
         names += [f"x{j}" for j in range(self.noise)] + [QUERY]
         for clues in range(1, self.clue_types + 1):
             names += ["=" + "".join(map(str, digits)) for digits in np.ndindex(*(self.values,) * clues)]
@@ -93,10 +94,10 @@ class Layout:
 
 @dataclass(frozen=True)
 class Split:
-    tokens: np.ndarray          # (n_tokens,) token ids
-    queries: np.ndarray         # (n,) place of each query token in the stream: its answer is next
+    tokens: np.ndarray  # (n_tokens,) token ids
+    queries: np.ndarray  # (n,) place of each query token in the stream: its answer is next
     clue_positions: np.ndarray  # (n, k) place of the latest token of clue type i, for i < k
-    answers: np.ndarray         # (n,) the answer token of each query
+    answers: np.ndarray  # (n,) the answer token of each query
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,16 @@ class MultiClue:
         def number(key: str, low, high=None, integer: bool = True):
             value = data.get(key)
             kinds = (int,) if integer else (int, float)
-            if not isinstance(value, kinds) or isinstance(value, bool) or value < low or (
-                    high is not None and value > high):
-                problems.append(f"data.{key} must be {'an integer' if integer else 'a number'} in "
-                                f"[{low}, {'inf' if high is None else high}], got {value!r}")
+            if (
+                not isinstance(value, kinds)
+                or isinstance(value, bool)
+                or value < low
+                or (high is not None and value > high)
+            ):
+                problems.append(
+                    f"data.{key} must be {'an integer' if integer else 'a number'} in "
+                    f"[{low}, {'inf' if high is None else high}], got {value!r}"
+                )
                 return low
             return value
 
@@ -135,8 +142,10 @@ class MultiClue:
         rate = number("clue_rate", 0, 1, integer=False)
         seed = number("seed", 0)
         if noise == 0 and rate < 1:
-            problems.append("data.noise_tokens=0 leaves nothing for the places that hold no clue: "
-                            "set data.clue_rate=1 or give noise tokens")
+            problems.append(
+                "data.noise_tokens=0 leaves nothing for the places that hold no clue: "
+                "set data.clue_rate=1 or give noise tokens"
+            )
         segments = {}
         counts = data.get("segments") or {}
         for split in SPLIT_NUMBER:
@@ -146,9 +155,11 @@ class MultiClue:
             segments[split] = count
         layout = Layout(clue_types, values, noise, data.get("vocab_size"))
         if not problems and (not isinstance(layout.vocab_size, int) or layout.vocab_size < layout.needed):
-            problems.append(f"data.vocab_size={layout.vocab_size!r} must be at least {layout.needed}: "
-                            f"{clue_types} clue types x {values} values, {noise} noise tokens, the query and "
-                            f"{layout.needed - layout.query_id - 1} answer tokens (values**j for j = 1..clue_types)")
+            problems.append(
+                f"data.vocab_size={layout.vocab_size!r} must be at least {layout.needed}: "
+                f"{clue_types} clue types x {values} values, {noise} noise tokens, the query and "
+                f"{layout.needed - layout.query_id - 1} answer tokens (values**j for j = 1..clue_types)"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(layout, clues, shortest, float(mean), longest, float(rate), segments, seed)

@@ -24,9 +24,7 @@ def training_batch(
     return windows[:, :-1], windows[:, 1:]
 
 
-def stream_batches(
-    tokens: np.ndarray, context: int, batch_size: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def stream_batches(tokens: np.ndarray, context: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Non-overlapping windows over the whole stream: every token after the first is a target
     exactly once. Full windows come in batches; a shorter tail window comes last, alone."""
     stream = torch.from_numpy(np.asarray(tokens, dtype=np.int64))

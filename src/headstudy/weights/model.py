@@ -44,8 +44,7 @@ class ModelConfig:
             found.append(f"model.init_std must be a positive number, got {self.init_std!r}")
         if not found and self.width % self.n_heads:
             found.append(
-                f"model.n_heads={self.n_heads} must divide model.width={self.width} "
-                "(the heads split the width)"
+                f"model.n_heads={self.n_heads} must divide model.width={self.width} (the heads split the width)"
             )
         return found
 
@@ -57,9 +56,7 @@ class CausalSelfAttention(nn.Module):
         self.head_width = config.width // config.n_heads
         self.query_key_value = nn.Linear(config.width, 3 * config.width, bias=False)
         self.output_projection = (
-            nn.Linear(config.width, config.width, bias=True)
-            if config.has_output_projection
-            else None
+            nn.Linear(config.width, config.width, bias=True) if config.has_output_projection else None
         )
         causal = torch.ones(config.context, config.context, dtype=torch.bool).tril()
         self.register_buffer("causal_mask", causal, persistent=False)

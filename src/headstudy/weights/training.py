@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from headstudy.formats.errors import ConfigError, first_line
-from headstudy.formats.prepared import load_tokens
+from headstudy.common.errors import ConfigError, first_line
+from headstudy.common.files import staging_path
 from headstudy.weights.batches import stream_batches, training_batch
 from headstudy.weights.model import Decoder, next_token_loss
 
@@ -28,8 +28,9 @@ class TrainingBatches(Dataset):
     is a pure function of (seed, k), so the result does not depend on how many processes share
     it, up to the order in which gradients are summed."""
 
-    def __init__(self, tokens: np.ndarray, batch_size: int, context: int, seed: int,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, tokens: np.ndarray, batch_size: int, context: int, seed: int, rank: int = 0, world_size: int = 1
+    ):
         self.tokens, self.batch_size, self.context, self.seed = tokens, batch_size, context, seed
         per_rank = batch_size // world_size
         self.rows = slice(rank * per_rank, (rank + 1) * per_rank)
@@ -57,18 +58,32 @@ class StepSampler(Sampler[int]):
 
 
 class TokenDataModule(L.LightningDataModule):
-    def __init__(self, prepared: Path, batch_size: int, context: int, seed: int, steps_per_epoch: int):
+    """The train and validation token streams, read by the caller: what is on disk and how it is
+    checked belongs to formats/, not here."""
+
+    def __init__(
+        self,
+        train_tokens: np.ndarray,
+        valid_tokens: np.ndarray,
+        batch_size: int,
+        context: int,
+        seed: int,
+        steps_per_epoch: int,
+    ):
         super().__init__()
-        self.prepared, self.batch_size, self.context = Path(prepared), batch_size, context
+        self.train_tokens, self.valid_tokens = train_tokens, valid_tokens
+        self.batch_size, self.context = batch_size, context
         self.seed, self.steps_per_epoch = seed, steps_per_epoch
 
-    def setup(self, stage: str) -> None:
-        self.train_tokens = load_tokens(self.prepared, "train")
-        self.valid_tokens = load_tokens(self.prepared, "valid")
-
     def train_dataloader(self) -> DataLoader:
-        batches = TrainingBatches(self.train_tokens, self.batch_size, self.context, self.seed,
-                                  self.trainer.global_rank, self.trainer.world_size)
+        batches = TrainingBatches(
+            self.train_tokens,
+            self.batch_size,
+            self.context,
+            self.seed,
+            self.trainer.global_rank,
+            self.trainer.world_size,
+        )
         sampler = StepSampler(self.steps_per_epoch, lambda: self.trainer.global_step)
         return DataLoader(batches, batch_size=None, sampler=sampler)
 
@@ -172,13 +187,15 @@ class LanguageModelModule(L.LightningModule):
     def configure_optimizers(self):
         settings = self.optimizer_config
         optimizer = torch.optim.AdamW(
-            decay_groups(self.model, settings.weight_decay), lr=settings.lr,
+            decay_groups(self.model, settings.weight_decay),
+            lr=settings.lr,
             betas=tuple(settings.betas),
         )
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
-            lambda step: one_cycle(step, self.max_steps, settings.warmup_fraction,
-                                   settings.start_factor, settings.final_factor),
+            lambda step: one_cycle(
+                step, self.max_steps, settings.warmup_fraction, settings.start_factor, settings.final_factor
+            ),
         )
         return {"optimizer": optimizer, "lr_scheduler": schedule}  # stepped by training_step
 
@@ -212,7 +229,7 @@ class ResumeCheckpoint(L.Callback):
         self.path = Path(path)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        partial = self.path.with_name(self.path.name + ".partial")
+        partial = staging_path(self.path)
         trainer.save_checkpoint(partial, weights_only=False)  # returns once it is written
         if trainer.is_global_zero:
             os.replace(partial, self.path)
@@ -244,18 +261,24 @@ def build_trainer(config: DictConfig, callbacks: list[L.Callback]) -> L.Trainer:
             use_distributed_sampler=False,
         )
     except (MisconfigurationException, ValueError, ImportError) as error:  # what Lightning says of a bad choice
-        chosen = ", ".join(f"trainer.{key}={settings[key]}"
-                           for key in ("accelerator", "devices", "num_nodes", "strategy", "precision"))
+        chosen = ", ".join(
+            f"trainer.{key}={settings[key]}" for key in ("accelerator", "devices", "num_nodes", "strategy", "precision")
+        )
         raise ConfigError(f"{chosen}: {first_line(error)}") from None
     if config.data.batch_size % trainer.world_size:
         raise ConfigError(
             f"data.batch_size={config.data.batch_size} must be divisible by trainer.devices x "
             f"trainer.num_nodes = {trainer.world_size} processes (each takes an equal slice of every batch)"
         )
-    if str(settings.precision).startswith("bf16") and trainer.strategy.root_device.type == "cuda" \
-            and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"trainer.precision={settings.precision}: {torch.cuda.get_device_name()} "
-                          "has no bfloat16 support; use 16-mixed or 32-true")
+    if (
+        str(settings.precision).startswith("bf16")
+        and trainer.strategy.root_device.type == "cuda"
+        and not torch.cuda.is_bf16_supported()
+    ):
+        raise ConfigError(
+            f"trainer.precision={settings.precision}: {torch.cuda.get_device_name()} "
+            "has no bfloat16 support; use 16-mixed or 32-true"
+        )
     return trainer
 
 
