@@ -1,7 +1,7 @@
-"""The DVC graph is exact: each stage's code deps are exactly the headstudy files its module can
-import, bookkeeping left out, so a change reruns the stages that use the changed file and no
-other. Config reaches a stage only through its file in configs/. Static: the imports are read with
-`ast` (imports inside functions included), transitively, without running anything."""
+"""The DVC graph is exact: each stage depends on its config file, the data it reads and
+fingerprints/COMMAND.txt, the fingerprint of the code `headstudy COMMAND` runs, and on no source
+file; the fingerprint stage depends on the whole package. Config reaches a stage only through its
+file in configs/. The import walk is static (`ast`, imports inside functions included)."""
 
 from __future__ import annotations
 
@@ -14,65 +14,13 @@ import yaml
 from conftest import ROOT
 
 from headstudy.cli import STAGES
+from headstudy.common.code import fingerprint_text, imported_names, module_fingerprint, stage_code
+from headstudy.fingerprint import COMMANDS
 
 SOURCE = ROOT / "src"
+PACKAGE = SOURCE / "headstudy"
 DVC_FILES = [ROOT / "dvc.yaml", *sorted((ROOT / "studies").glob("*/dvc.yaml"))]
 COMMAND = re.compile(r"\bheadstudy\s+([a-z]+)")
-PACKAGE = SOURCE / "headstudy"
-# Code no output depends on, and the entry point that only dispatches: never a dep.
-NOT_DEPS = [PACKAGE / "bookkeeping", PACKAGE / "cli.py"]
-
-
-def module_file(name: str) -> Path | None:
-    """The source file of a headstudy module or package; None for any other module."""
-    path = SOURCE.joinpath(*name.split("."))
-    if name.split(".")[0] != "headstudy":
-        return None
-    if path.with_suffix(".py").is_file():
-        return path.with_suffix(".py")
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    return None
-
-
-def package_of(path: Path) -> list[str]:
-    parts = list(path.relative_to(SOURCE).with_suffix("").parts)
-    return parts[:-1]  # for __init__.py: the package itself; for a module: its package
-
-
-def imported_names(path: Path) -> set[str]:
-    """Every module an import in this file can load: `import a.b`, `from a import b` (b may be a
-    module), relative imports resolved."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = package_of(path)[: len(package_of(path)) - node.level + 1]
-                base = ".".join(package + ([node.module] if node.module else []))
-            else:
-                base = node.module
-            names.add(base)
-            names |= {f"{base}.{alias.name}" for alias in node.names}
-    return names
-
-
-def reachable_files(*modules: str, stop: tuple[Path, ...] = ()) -> set[Path]:
-    """The source files of these modules and of everything they import, transitively
-    (importing a.b.c runs a/__init__.py and a/b/__init__.py too); the imports of files under
-    `stop` are not followed."""
-    seen: set[Path] = set()
-    todo = list(modules)
-    while todo:
-        parts = todo.pop().split(".")
-        for depth in range(1, len(parts) + 1):
-            path = module_file(".".join(parts[:depth]))
-            if path is not None and path not in seen:
-                seen.add(path)
-                if not covered(path, list(stop)):
-                    todo.extend(imported_names(path))
-    return seen
 
 
 def stages() -> list[tuple[Path, str, dict]]:
@@ -83,76 +31,103 @@ def stages() -> list[tuple[Path, str, dict]]:
     ]
 
 
-def covered(path: Path, deps: list[Path]) -> bool:
-    return any(path == dep or dep in path.parents for dep in deps)
+def stage_ids() -> list[str]:
+    return [f"{dvc_file.relative_to(ROOT)}:{name}" for dvc_file, name, _ in stages()]
 
 
-def package_markers() -> list[Path]:
-    return sorted(PACKAGE.rglob("__init__.py"))
+def command_of(stage: dict) -> str:
+    [command] = COMMAND.findall(stage["cmd"])
+    return command
 
 
-def needed_code(command: str) -> set[Path]:
-    """The files a stage's command runs, less bookkeeping (and what only bookkeeping runs) and the
-    docstring-only package markers."""
-    files = reachable_files(f"headstudy.{command}", stop=tuple(NOT_DEPS))
-    return {path for path in files if not covered(path, NOT_DEPS) and path.name != "__init__.py"}
+def resolved_deps(dvc_file: Path, stage: dict) -> list[Path]:
+    return [(dvc_file.parent / dep).resolve() for dep in stage.get("deps", [])]
 
 
-def declared_code(dvc_file: Path, stage: dict) -> set[Path]:
-    """Every file of the stage's code deps (a folder stands for all its .py files)."""
-    files = set()
-    for dep in stage.get("deps", []):
-        path = (dvc_file.parent / dep).resolve()
-        if covered(path, [SOURCE]):
-            found = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-            files |= {file for file in found if file.name != "__init__.py"}
-    return files
+@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=stage_ids())
+def test_stage_depends_on_the_fingerprint_of_its_command_and_on_no_source_file(dvc_file, name, stage):
+    command = command_of(stage)
+    deps = resolved_deps(dvc_file, stage)
+    if command == "fingerprint":
+        assert dvc_file == ROOT / "dvc.yaml" and deps == [PACKAGE], f"{name}: the fingerprint stage reads src/headstudy"
+        return
+    assert command in COMMANDS, f"stage {name}: headstudy {command} has no fingerprint (headstudy.fingerprint.COMMANDS)"
+    sources = [dep for dep in deps if SOURCE in dep.parents or dep == SOURCE]
+    assert not sources, f"stage {name} ({dvc_file.relative_to(ROOT)}) depends on source files: {sources}"
+    assert ROOT / "fingerprints" / f"{command}.txt" in deps, f"stage {name} does not depend on its code's fingerprint"
 
 
-@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=[f"{f.relative_to(ROOT)}:{n}" for f, n, _ in stages()])
-def test_stage_code_deps_are_exactly_what_its_command_imports(dvc_file, name, stage):
-    cmd = " ".join(stage["cmd"]) if isinstance(stage["cmd"], list) else stage["cmd"]
-    [command] = COMMAND.findall(cmd)
-    assert command in (*STAGES, "configure"), f"stage {name}: headstudy {command} is no stage command"
-    needed, declared = needed_code(command), declared_code(dvc_file, stage)
-    missing = sorted(str(path.relative_to(ROOT)) for path in needed - declared)
-    extra = sorted(str(path.relative_to(ROOT)) for path in declared - needed)
-    assert not missing, f"stage {name} ({dvc_file.relative_to(ROOT)}) runs code not in its deps: {missing}"
-    assert not extra, f"stage {name} ({dvc_file.relative_to(ROOT)}) depends on code it never runs: {extra}"
+def test_every_stage_command_has_a_fingerprint():
+    assert set(COMMANDS) == {*STAGES, "configure"}
 
 
-@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=[f"{f.relative_to(ROOT)}:{n}" for f, n, _ in stages()])
+def test_committed_fingerprints_are_those_of_the_committed_code():
+    for command in COMMANDS:
+        path = ROOT / "fingerprints" / f"{command}.txt"
+        assert path.read_text() == fingerprint_text(command), f"{path}: run `dvc repro fingerprint`"
+
+
+@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=stage_ids())
 def test_stage_reads_config_only_through_its_file_in_configs(dvc_file, name, stage):
     deps = [str(dep) for dep in stage.get("deps", [])]
     conf = [dep for dep in deps if dep.rstrip("/").endswith("conf") or "/conf/" in f"/{dep}"]
     if name == "configure":
         assert conf and stage["outs"][0]["configs"] == {"cache": False, "persist": True}
+        assert stage["params"] == [{"params.yaml": None}], "configure tracks its params.yaml whole"
         return
     assert not conf, f"stage {name} depends on {conf}: it reads configs/, which configure writes"
+    if name == "fingerprint":
+        return
     assert "--config configs/" in stage["cmd"]
     config_file = stage["cmd"].split("--config ")[1].split()[0]
     assert config_file in deps, f"stage {name} reads {config_file} but does not depend on it"
 
 
-def test_weights_code_never_imports_bookkeeping_analysis_or_settings():
-    for path in sorted((PACKAGE / "weights").rglob("*.py")):
-        for imported in imported_names(path):
-            assert not imported.startswith(("headstudy.bookkeeping", "headstudy.analysis", "headstudy.settings")), (
-                f"{path.relative_to(ROOT)} imports {imported}"
-            )
-            assert imported.split(".")[0] not in ("mlflow", "hydra"), f"{path.relative_to(ROOT)} imports {imported}"
-
-
-def test_package_markers_hold_only_a_docstring():
-    """They are run by every import of their package and so stand outside the deps: code in one
-    would shape outputs unseen."""
-    for path in package_markers():
-        body = ast.parse(path.read_text()).body
-        assert all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body), path
+def test_the_code_of_a_stage_leaves_out_bookkeeping_and_the_entry_point():
+    train = stage_code("train")
+    assert PACKAGE / "train.py" in train and PACKAGE / "weights" / "model.py" in train
+    assert not [path for path in train if "bookkeeping" in path.parts or path.name == "cli.py"]
+    assert PACKAGE / "bookkeeping" / "tracking.py" not in stage_code("report")
 
 
 def test_the_walk_sees_imports_inside_functions():
     """reproduce imports train and evaluate only inside a function."""
-    files = reachable_files("headstudy.reproduce")
+    files = stage_code("reproduce")
     assert PACKAGE / "train.py" in files and PACKAGE / "evaluate.py" in files
     assert PACKAGE / "weights" / "training.py" in files
+
+
+def test_a_module_fingerprint_ignores_docstrings_comments_and_layout_but_not_code(tmp_path):
+    original = tmp_path / "original.py"
+    original.write_text('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x * 2  # double\n')
+    cosmetic = tmp_path / "cosmetic.py"
+    cosmetic.write_text('"""Other words."""\n\n\ndef f( x ):\n    # a comment\n    return (x*2)\n')
+    changed = tmp_path / "changed.py"
+    changed.write_text('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x * 3\n')
+    assert module_fingerprint(original) == module_fingerprint(cosmetic)
+    assert module_fingerprint(original) != module_fingerprint(changed)
+
+
+def test_weights_code_imports_only_common_and_itself():
+    """The package arrows run one way: common <- weights <- formats <- stages; weights knows
+    nothing of Hydra or MLflow."""
+    for path in sorted((PACKAGE / "weights").rglob("*.py")):
+        for imported in imported_names(path):
+            if imported.startswith("headstudy."):
+                assert imported.startswith(("headstudy.weights", "headstudy.common")), f"{path.name} imports {imported}"
+            assert imported.split(".")[0] not in ("mlflow", "hydra"), f"{path.name} imports {imported}"
+
+
+def test_common_imports_nothing_else_of_headstudy():
+    for path in sorted((PACKAGE / "common").rglob("*.py")):
+        for imported in imported_names(path):
+            assert not imported.startswith("headstudy.") or imported.startswith("headstudy.common"), (
+                f"{path.name} imports {imported}"
+            )
+
+
+def test_package_markers_hold_only_a_docstring():
+    """Every import of their package runs them: code in one would belong in a module."""
+    for path in sorted(PACKAGE.rglob("__init__.py")):
+        body = ast.parse(path.read_text()).body
+        assert all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body), path
