@@ -59,8 +59,9 @@ def study_curves(metrics: Path, models: list[dict]) -> pd.DataFrame:
     )
 
 
-def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[str, dict]:
-    """What was run, stated from the config and the curves, never from the clock or the commit."""
+def provenance(study: dict, models: list[dict], curves: pd.DataFrame, experiment: str) -> tuple[str, dict]:
+    """What was run, stated from the config and the curves, never from the clock or the commit;
+    `experiment`, the MLflow experiment of the study's runs, is the config's tracking.experiment."""
     last = curves.groupby(["variant", "seed", "lr"], dropna=False)[["step", "tokens"]].max()
     steps, tokens = sorted(set(last["step"].astype(int))), sorted(set(last["tokens"].astype(int)))
     variants, seeds, lrs = [str(v) for v in study["variants"]], list(study["seeds"]), list(study.get("lrs") or [])
@@ -74,7 +75,7 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[s
         + (f" x learning rates {', '.join(f'{lr:g}' for lr in lrs)}" if lrs else "")
         + f" x seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {len(models)} model"
         f"{'s' if len(models) > 1 else ''}, each trained for {budget}. The runs are in "
-        f'the MLflow experiment "{tracking.EXPERIMENT}": one parent run per execution of this study, with a '
+        f'the MLflow experiment "{experiment}": one parent run per execution of this study, with a '
         f"nested run per model named as the model ({models[0]['name']}, ...); `mlflow ui` shows them."
     )
     return text, {
@@ -84,7 +85,7 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[s
         "models": len(models),
         "steps": steps[-1],
         "tokens": tokens[-1],
-        "mlflow_experiment": tracking.EXPERIMENT,
+        "mlflow_experiment": experiment,
     }
 
 
@@ -151,7 +152,7 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
     rows = perplexity_by_variant(study_metrics(metrics_dir, models), variants, labels, bigram)
     found = comparisons(rows, settings.get("compare", []), tokens_per_word)
     curves = study_curves(metrics_dir, models)
-    header, summary_provenance = provenance(study, models, curves)
+    header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks = [
         ("title", settings["title"]),
         ("text", header),
@@ -230,7 +231,7 @@ def learning_rate_report(config: DictConfig, study: dict, settings: dict, models
     variants = [str(v) for v in study["variants"]]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
     curves = study_curves(Path(config.paths.metrics), models)
-    header, summary_provenance = provenance(study, models, curves)
+    header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks, summary = learning_rate_section(
         curves,
         variants,
