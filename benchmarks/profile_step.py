@@ -90,7 +90,9 @@ def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
 
 
 def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
-    get = lambda key: ms.get(key, 0.0)
+    def get(key: str) -> float:
+        return ms.get(key, 0.0)
+
     parts = ["attention", "mlp", "norms"]
     forward_rest = get("forward") - sum(get(f"{p} forward") for p in parts) - get("cross-entropy forward")
     backward_rest = get("backward") - sum(get(f"{p} backward") for p in parts)

@@ -247,7 +247,8 @@ def main() -> None:
         )
     )
     print(
-        "\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain, by round | median | MFU plain | MFU stage |"
+        "\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain, by round | median "
+        "| MFU plain | MFU stage |"
     )
     print("|---|---|---|---|---|---|---|")
     for row in models:

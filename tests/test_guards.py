@@ -359,6 +359,10 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
             "expected a `report:` section with a title",
         ),
         (
+            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t", "seed_claim": {"a": 1, "b": 4}}},
+            "report.seed_claim in params.yaml is now report.chapter_claim",
+        ),
+        (
             {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"lr": ".nan"}},
             "optimizer.lr must be a finite positive number",
         ),

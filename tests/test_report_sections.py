@@ -82,6 +82,7 @@ def lr_study(tmp_path, finals: dict[str, list[float]], lrs: list[float]):
             models.append({"name": name, "variant": variant, "seed": 0, "lr": lr})
     return OmegaConf.create(
         {
+            "tracking": {"experiment": "headstudy"},
             "paths": {
                 "prepared": str(tmp_path / "none"),
                 "metrics": str(tmp_path / "metrics"),
@@ -151,16 +152,17 @@ def test_the_provenance_header_states_the_study_and_where_its_runs_are():
         }
     )
     models = [{"name": "h1-s0"}, {"name": "h4-s0"}]
-    text, numbers = report.provenance({"variants": [1, 4], "seeds": [0]}, models, curves)
+    # The experiment's name comes from the report's config (tracking.experiment), not bookkeeping.
+    text, numbers = report.provenance({"variants": [1, 4], "seeds": [0]}, models, curves, "an-experiment")
     assert "variants 1, 4 x seed 0: 2 models, each trained for 3,000 steps, 12.29 million training tokens" in text
-    assert 'the MLflow experiment "headstudy"' in text
+    assert 'the MLflow experiment "an-experiment"' in text
     assert numbers == {
         "variants": ["1", "4"],
         "seeds": [0],
         "models": 2,
         "steps": 3000,
         "tokens": 12288000,
-        "mlflow_experiment": "headstudy",
+        "mlflow_experiment": "an-experiment",
     }
 
 

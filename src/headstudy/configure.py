@@ -82,6 +82,8 @@ def check_report(params: dict) -> dict:
     report = params.get("report")
     if not isinstance(report, dict) or not isinstance(report.get("title"), str):
         raise ConfigError(f"{PARAMS_FILE}: expected a `report:` section with a title")
+    if "seed_claim" in report:  # its name until 0.2.0: refused, so that the claim is never dropped unsaid
+        raise ConfigError(f"report.seed_claim in {PARAMS_FILE} is now report.chapter_claim: rename it")
     for pair in report.get("compare") or []:
         # A pair naming a variant outside the study is allowed: the report says it is left out.
         if not isinstance(pair, list) or len(pair) != 2:

@@ -12,7 +12,6 @@ by the numbers, and nothing in the outputs depends on when or where the report r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from headstudy.analysis import figures
 from headstudy.analysis.budget import budget_section
 from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
-from headstudy.analysis.headline import headline
+from headstudy.analysis.headline import report_metrics
 from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.learning_rates import learning_rate_section
 from headstudy.analysis.render import to_html, to_markdown
@@ -31,21 +30,8 @@ from headstudy.analysis.sweep import sweep_section
 from headstudy.analysis.wording import interval, label
 from headstudy.bookkeeping import guards, tracking
 from headstudy.common.errors import ConfigError
-from headstudy.common.files import write_atomically, write_json
+from headstudy.common.files import read_json, write_atomically, write_json
 from headstudy.formats.prepared import load_stats
-
-
-def read_json(path: Path) -> dict:
-    if not Path(path).is_file():
-        raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
-
-    def refuse(constant: str):
-        raise ValueError(f"it holds {constant}, which is no result")
-
-    try:
-        return json.loads(Path(path).read_text(), parse_constant=refuse)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path} is not valid JSON ({error}): run `dvc repro` to produce it again") from None
 
 
 def read_curve(path: Path) -> pd.DataFrame:
@@ -73,8 +59,9 @@ def study_curves(metrics: Path, models: list[dict]) -> pd.DataFrame:
     )
 
 
-def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[str, dict]:
-    """What was run, stated from the config and the curves, never from the clock or the commit."""
+def provenance(study: dict, models: list[dict], curves: pd.DataFrame, experiment: str) -> tuple[str, dict]:
+    """What was run, stated from the config and the curves, never from the clock or the commit;
+    `experiment`, the MLflow experiment of the study's runs, is the config's tracking.experiment."""
     last = curves.groupby(["variant", "seed", "lr"], dropna=False)[["step", "tokens"]].max()
     steps, tokens = sorted(set(last["step"].astype(int))), sorted(set(last["tokens"].astype(int)))
     variants, seeds, lrs = [str(v) for v in study["variants"]], list(study["seeds"]), list(study.get("lrs") or [])
@@ -88,7 +75,7 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[s
         + (f" x learning rates {', '.join(f'{lr:g}' for lr in lrs)}" if lrs else "")
         + f" x seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {len(models)} model"
         f"{'s' if len(models) > 1 else ''}, each trained for {budget}. The runs are in "
-        f'the MLflow experiment "{tracking.EXPERIMENT}": one parent run per execution of this study, with a '
+        f'the MLflow experiment "{experiment}": one parent run per execution of this study, with a '
         f"nested run per model named as the model ({models[0]['name']}, ...); `mlflow ui` shows them."
     )
     return text, {
@@ -98,11 +85,11 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame) -> tuple[s
         "models": len(models),
         "steps": steps[-1],
         "tokens": tokens[-1],
-        "mlflow_experiment": tracking.EXPERIMENT,
+        "mlflow_experiment": experiment,
     }
 
 
-def summarise(metrics: pd.DataFrame, variants: list[str], labels: dict, bigram: float) -> list[dict]:
+def perplexity_by_variant(metrics: pd.DataFrame, variants: list[str], labels: dict, bigram: float) -> list[dict]:
     rows = []
     for variant in variants:
         group = metrics[metrics["variant"] == variant].sort_values("seed")
@@ -113,8 +100,7 @@ def summarise(metrics: pd.DataFrame, variants: list[str], labels: dict, bigram: 
                 "label": label(variant, labels),
                 "heads": int(group["heads"].iloc[0]),
                 "params": int(group["params"].iloc[0]),
-                # The peak learning rate it trained at (older metrics files do not record it).
-                "lr": float(group["lr"].iloc[0]) if "lr" in group and group["lr"].notna().all() else None,
+                "lr": float(group["lr"].iloc[0]),  # the peak learning rate it trained at
                 "seeds": group["seed"].astype(int).tolist(),
                 "test_ppl": group["test_ppl"].tolist(),
                 "test_ppl_mean": mean,
@@ -163,10 +149,10 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
     bigram = baselines["bigram"]["test_ppl"]
     test = stats["splits"]["test"]
     tokens_per_word = (test["tokens"] - 1) / (test["words"] + test["lines"])
-    rows = summarise(study_metrics(metrics_dir, models), variants, labels, bigram)
+    rows = perplexity_by_variant(study_metrics(metrics_dir, models), variants, labels, bigram)
     found = comparisons(rows, settings.get("compare", []), tokens_per_word)
     curves = study_curves(metrics_dir, models)
-    header, summary_provenance = provenance(study, models, curves)
+    header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks = [
         ("title", settings["title"]),
         ("text", header),
@@ -245,7 +231,7 @@ def learning_rate_report(config: DictConfig, study: dict, settings: dict, models
     variants = [str(v) for v in study["variants"]]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
     curves = study_curves(Path(config.paths.metrics), models)
-    header, summary_provenance = provenance(study, models, curves)
+    header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks, summary = learning_rate_section(
         curves,
         variants,
@@ -264,7 +250,7 @@ def report(config: DictConfig) -> dict:
     blocks, summary = build(config, study, settings, models)
     reports_dir = Path(config.paths.reports)
     write_json(reports_dir / "summary.json", nan_to_null(summary))
-    write_json(reports_dir / "metrics.json", headline(summary))
+    write_json(reports_dir / "metrics.json", report_metrics(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
     return summary

@@ -100,7 +100,10 @@ def factorial_contrasts(
     interaction (exploratory, Holm-adjusted together); each from the pooled residual variance of
     the additive model."""
     (few, _), (many, _) = min(cells), max(cells)
-    cell = lambda heads, projection: cells[(heads, projection)]
+
+    def cell(heads: int, projection: bool) -> str:
+        return cells[(heads, projection)]
+
     chapter_a, chapter_b = cell(few, False), cell(many, True)  # 1 head against 4, each as the chapter builds it
     if claim and {str(claim["a"]), str(claim["b"])} <= set(variants):
         chapter_a, chapter_b = str(claim["a"]), str(claim["b"])
@@ -255,7 +258,7 @@ def pooled_blocks(
             cells = factorial_cells(variants)
             if cells:
                 contrasts = factorial_contrasts(
-                    fit, variants, cells, settings.get("seed_claim"), labels, tokens_per_word
+                    fit, variants, cells, settings.get("chapter_claim"), labels, tokens_per_word
                 )
                 blocks += factorial_blocks(contrasts)
                 summary["contrasts"] = {c["name"]: flat_numbers(c) for c in contrasts}
@@ -271,7 +274,7 @@ def pooled_blocks(
         }
         for c in contrasts
     ]
-    claim = settings.get("seed_claim")
+    claim = settings.get("chapter_claim")
     if claim:
         theirs = math.log(claim["ppl_b"] / claim["ppl_a"])
         for row in forest_rows:
@@ -338,7 +341,7 @@ def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float)
         ("table", comparison_table(found)),
         *[("text", verdict(c)) for c in found],
     ]
-    claim = settings.get("seed_claim")
+    claim = settings.get("chapter_claim")
     sentence = claim_sentence(found, claim, tokens_per_word) if claim else None
     if sentence:
         blocks.append(("text", sentence))

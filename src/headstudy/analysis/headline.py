@@ -35,7 +35,7 @@ def numeric_leaves(tree: dict) -> dict[str, float]:
     return found
 
 
-def headline(summary: dict) -> dict[str, float]:
+def report_metrics(summary: dict) -> dict[str, float]:
     """`test_ppl/VARIANT` (geometric mean over seeds); `change_pct/B_vs_A/per_token` and
     `per_word`, each with `_ci95_low` and `_ci95_high`; the 2 x 2's `contrast_pct/NAME/...`; a
     learning-rate study's `selected_lr/VARIANT`."""

@@ -613,13 +613,13 @@ def leave_study_run(run_id: str) -> None:
 
 
 def log_study_report(artifacts: list[Path], summary: dict) -> str:
-    """The report's files (a folder keeps its name) and its numbers (analysis.headline) on this
+    """The report's files (a folder keeps its name) and its numbers (analysis.headline.report_metrics) on this
     study execution's parent run; then close that run."""
     run_id = open_study_run()
     mlflow_client = client()
-    from headstudy.analysis.headline import headline
+    from headstudy.analysis.headline import report_metrics
 
-    metrics = headline(summary)
+    metrics = report_metrics(summary)
     log_metrics(run_id, metrics)
     for path in map(Path, artifacts):
         if path.is_dir():

@@ -296,7 +296,7 @@ STAGE_KEYS = {
         "paths.checkpoints",
     ),
     "inspect": ("inspect", "threads", "paths.prepared", "paths.models", "paths.reports"),
-    "report": ("paths.prepared", "paths.metrics", "paths.baselines", "paths.reports"),
+    "report": ("tracking.experiment", "paths.prepared", "paths.metrics", "paths.baselines", "paths.reports"),
 }
 # Commands that read the config of one model: `evaluate` reads the model's training config.
 STAGE_KEYS["evaluate"] = STAGE_KEYS["score"] = STAGE_KEYS["train"]
