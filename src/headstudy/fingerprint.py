@@ -14,13 +14,18 @@ from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically
 
 FOLDER = Path("fingerprints")
+# The project's own source, beside dvc.yaml: the stage's dependency, which in a copy of the
+# project (a test's, or `dvc exp run --temp`'s) need not be the installed package.
+SOURCE = Path("src")
 # Every command that runs as a DVC stage.
 COMMANDS = ("configure", "prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "spotlight")
 
 
-def write_fingerprints(folder: Path = FOLDER) -> None:
+def write_fingerprints(folder: Path = FOLDER, source: Path = SOURCE) -> None:
+    if not (source / "headstudy").is_dir():
+        raise ConfigError(f"{source / 'headstudy'} not found: run the fingerprint stage from the project's root")
     for command in COMMANDS:
-        write_atomically(folder / f"{command}.txt", fingerprint_text(command))
+        write_atomically(folder / f"{command}.txt", fingerprint_text(command, source.resolve()))
     print(f"fingerprint: the code of {len(COMMANDS)} stage commands in {folder}/")
 
 
