@@ -47,7 +47,8 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
             + (
                 "is the final one at every validation point. "
                 if not changes
-                else f"differs from the final one at {len(changes)} of {len(mean_curves)} validation points, the last at "
+                else f"differs from the final one at {len(changes)} of {len(mean_curves)} validation points, "
+                "the last at "
                 f"{changes[-1] / 1e6:.2f} million tokens. "
             )
         )

@@ -100,7 +100,10 @@ def factorial_contrasts(
     interaction (exploratory, Holm-adjusted together); each from the pooled residual variance of
     the additive model."""
     (few, _), (many, _) = min(cells), max(cells)
-    cell = lambda heads, projection: cells[(heads, projection)]
+
+    def cell(heads, projection):
+        return cells[(heads, projection)]
+
     chapter_a, chapter_b = cell(few, False), cell(many, True)  # 1 head against 4, each as the chapter builds it
     if claim and {str(claim["a"]), str(claim["b"])} <= set(variants):
         chapter_a, chapter_b = str(claim["a"]), str(claim["b"])
