@@ -24,6 +24,22 @@ window.addEventListener('load', () => {
     wider_than_page: [...document.querySelectorAll('img, h1, h2, p, figure')]
       .filter(e => e.getBoundingClientRect().right > width + 1).map(e => e.tagName),
   };
+  // The first table, the headline: its size, its rows, and the header cells a reader sees
+  // without scrolling it (tables scroll inside themselves when wider than the page).
+  const table = document.querySelector('table');
+  if (table) {
+    const box = table.getBoundingClientRect();
+    found.headline = {
+      width: box.width,
+      height: box.height,
+      right: box.right,
+      rows: table.querySelectorAll('tbody tr').length,
+      visible_headers: [...table.querySelectorAll('thead th')].filter(th => {
+        const cell = th.getBoundingClientRect();
+        return cell.width > 0 && cell.height > 0 && cell.left >= box.left - 1 && cell.right <= box.right + 1;
+      }).map(th => th.textContent),
+    };
+  }
   document.body.setAttribute('data-check', JSON.stringify(found));
 });
 </script>"""
@@ -51,9 +67,3 @@ def check_page(html: Path, scratch: Path, width: int = 1280) -> dict:
     match = re.search(r"data-check=\"([^\"]*)\"", dom)
     assert match, "the check script did not run"
     return json.loads(match.group(1).replace("&quot;", '"'))
-
-
-def screenshot(url: str, path: Path, width: int = 1280, height: int = 2400) -> Path:
-    run_chromium(f"--window-size={width},{height}", "--virtual-time-budget=15000", f"--screenshot={path}", url)
-    assert path.is_file() and path.stat().st_size > 0
-    return path

@@ -5,18 +5,18 @@ import numpy as np
 import pytest
 import torch
 
-from headstudy.analysis.perplexity import perplexity, stream_nll
-from headstudy.inspect import (
+from headstudy.analysis.attention import (
     ablation_ppl,
     attention_measures,
     attention_scores,
+    over_seeds,
     rank_heads,
     role,
     spotlight_null,
     spotlight_scores,
-    summarise,
     union_coverage,
 )
+from headstudy.analysis.perplexity import perplexity, stream_nll
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import Decoder
 
@@ -118,9 +118,10 @@ def test_heads_looking_at_different_places_cover_more_positions_than_one():
     same = torch.stack([previous, previous])[None]  # (1, 2, T, T): two heads, one target
     different = torch.stack([previous, parked])[None]
     split = torch.stack([0.5 * previous + 0.5 * parked])[None]  # one head, weight halved
-    per_position = lambda w: {
-        k: float(v / (length - 1)) for k, v in spotlight_scores(w, 0.2).items() if k != "positions"
-    }
+
+    def per_position(weights):
+        return {k: float(v / (length - 1)) for k, v in spotlight_scores(weights, 0.2).items() if k != "positions"}
+
     assert per_position(same) == {"covered_positions": 1.0, "distinct_top1": 1.0}
     # At t = 1 the previous token is the first position: both heads look at one place there.
     assert per_position(different) == {"covered_positions": 7 / 4, "distinct_top1": 7 / 4}
@@ -145,7 +146,7 @@ def test_seeds_are_averaged_by_rank_not_by_head_number():
         }
         for seed, distances in ((0, [1.0, 9.0]), (1, [9.0, 1.0]))
     ]
-    rows = summarise(models, "head_scores", ("variant", "layer", "rank"), ("distance",))
+    rows = over_seeds(models, "head_scores", ("variant", "layer", "rank"), ("distance",))
     assert [(row["rank"], row["distance"]["mean"], row["head_by_seed"]) for row in rows] == [
         (0, 1.0, [0, 1]),
         (1, 9.0, [1, 0]),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from headstudy.bookkeeping.provenance import dvc_locked_md5
 from headstudy.formats.runconfig import config_digest
@@ -15,7 +16,7 @@ from headstudy.settings.compose import compose_config
 @pytest.mark.parametrize(
     "override",
     [
-        "threads=1",
+        "threads=3",
         "inspect.batch_size=3",
         "paths.reports=elsewhere",
         "paths.checkpoints=elsewhere",
@@ -23,7 +24,11 @@ from headstudy.settings.compose import compose_config
     ],
 )
 def test_settings_of_later_stages_keep_a_killed_trainings_resume_key(in_project, override):
-    assert config_digest(compose_config([override])) == config_digest(compose_config([]))
+    key, value = override.split("=")
+    changed, default = compose_config([override]), compose_config([])
+    # The override must change the composed config, or the case could not fail.
+    assert str(OmegaConf.select(changed, key)) == value != str(OmegaConf.select(default, key))
+    assert config_digest(changed) == config_digest(default)
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from browser import check_page, screenshot
+from browser import check_page
 from conftest import ROOT
 
 REPORTS = [ROOT / "reports/results.html", ROOT / "studies/heads-sweep/reports/results.html"]
@@ -17,4 +19,10 @@ def test_every_image_loads_and_nothing_is_wider_than_the_page(report, width, tmp
     assert found["broken"] == 0
     assert not found["page_overflows"]
     assert found["wider_than_page"] == []
-    screenshot(report.as_uri(), tmp_path / f"results-{width}.png", width)
+    # The headline table is on the page, whole in width, with a row per model and baseline, and a
+    # reader sees the model's name and its test perplexity without scrolling it.
+    headline = found["headline"]
+    rows = json.loads((report.parent / "summary.json").read_text())["rows"]
+    assert headline["rows"] == len(rows) + 2  # the unigram and bigram baselines
+    assert headline["height"] > 20 * headline["rows"] and 0 < headline["right"] <= width
+    assert {"Model", "Test perplexity"} <= set(headline["visible_headers"]), headline["visible_headers"]

@@ -12,15 +12,16 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, assert_nothing_half_written
+from multiclue_oracle import answer_of
 from omegaconf import OmegaConf
 from tinyproject import commit, make_project, ran_stages, run
 
+from headstudy.analysis.clue_accuracy import gaps
 from headstudy.analysis.clues import FOCUS, clue_attention, clue_weights, query_windows, score_queries
 from headstudy.common.errors import ConfigError
 from headstudy.formats.prepared import load_stats, load_tokens
 from headstudy.formats.queries import load_queries, load_task
-from headstudy.spotlight import gaps
-from headstudy.tasks.multiclue import MultiClue, answer_of
+from headstudy.tasks.multiclue import MultiClue
 from headstudy.weights.model import Decoder, ModelConfig
 
 SETTINGS = yaml.safe_load((ROOT / "conf" / "data" / "multiclue.yaml").read_text())

@@ -8,20 +8,29 @@ import math
 
 import numpy as np
 import pytest
+from conftest import ROOT
+from omegaconf import OmegaConf
 from scipy import stats
 
+from headstudy import report
 from headstudy.analysis.sweep import sweep_section
+from headstudy.common.files import read_json
+from headstudy.formats.runconfig import read_config
 
 HEADS = [1, 2, 4, 8, 16, 32]
-# The committed sweep's test perplexities (studies/heads-sweep, seeds 0 and 1).
-COMMITTED = {
-    1: (18.7251, 18.6496),
-    2: (18.6840, 18.6289),
-    4: (18.4819, 18.2126),
-    8: (18.3277, 18.2898),
-    16: (18.4681, 18.3194),
-    32: (18.6978, 18.4796),
-}
+SWEEP = ROOT / "studies" / "heads-sweep"
+
+
+def committed() -> tuple[list[dict], dict]:
+    """The committed sweep's rows, from its committed metrics through the report's own reader, and
+    the committed report's summary."""
+    config = read_config(SWEEP / "configs" / "report.yaml")
+    study, settings = OmegaConf.to_container(config.study), OmegaConf.to_container(config.report)
+    metrics = report.study_metrics(SWEEP / "metrics", OmegaConf.to_container(config.models))
+    bigram = read_json(SWEEP / config.paths.baselines)["bigram"]["test_ppl"]
+    labels = {str(k): v for k, v in settings.get("labels", {}).items()}
+    rows = report.summarise(metrics, [str(v) for v in study["variants"]], labels, bigram)
+    return rows, read_json(SWEEP / "reports" / "summary.json")
 
 
 def rows(ppl: dict[int, tuple[float, float]]) -> list[dict]:
@@ -44,15 +53,17 @@ def shaped(log_means) -> dict[int, tuple[float, float]]:
     return {h: (math.exp(3 + m + e), math.exp(3.01 + m - e)) for h, m, e in zip(HEADS, log_means, noise, strict=False)}
 
 
-def test_the_committed_sweep_has_a_head_effect_that_its_pairs_cannot_see(tmp_path):
-    blocks, result = sweep_section(rows(COMMITTED), tokens_per_word=1.884, figure_dir=tmp_path)
+def test_the_committed_sweep_section_follows_from_the_committed_metrics(tmp_path):
+    """What the section says of the committed models is what the committed report says."""
+    rows, summary = committed()
+    assert [row["heads"] for row in rows] == HEADS
+    blocks, result = sweep_section(rows, tokens_per_word=summary["tokens_per_word"], figure_dir=tmp_path)
+    assert result == pytest.approx(summary["sweep"], rel=1e-9)
     assert (result["df_heads"], result["df_residual"]) == (5, 5)
-    assert result["f"] == pytest.approx(12.3, abs=0.1)
-    assert result["p"] == pytest.approx(stats.f.sf(result["f"], 5, 5)) and result["p"] < 0.01
-    assert result["best_heads"] == 8
-    text = " ".join(content for kind, content in blocks if kind == "text")
-    assert "The head count matters: F(5, 5) = 12.3" in text
-    assert "rests on 1 degree of freedom; this analysis on 5" in text
+    assert result["p"] == pytest.approx(stats.f.sf(result["f"], 5, 5))
+    page = (SWEEP / "reports" / "results.md").read_text()
+    texts = [content for kind, content in blocks if kind == "text"]
+    assert texts and all(text in page for text in texts)
     assert (tmp_path / "sweep.png").is_file()
 
 
@@ -72,7 +83,7 @@ def test_sweep_agrees_with_vaswani_only_when_the_numbers_show_an_inner_optimum(t
 
 
 def test_one_seed_makes_no_claim_about_the_head_count(tmp_path):
-    one_seed = [{**row, "seeds": [0], "test_ppl": row["test_ppl"][:1]} for row in rows(COMMITTED)]
+    one_seed = [{**row, "seeds": [0], "test_ppl": row["test_ppl"][:1]} for row in committed()[0]]
     blocks, result = sweep_section(one_seed, tokens_per_word=1.884, figure_dir=tmp_path)
     assert result["agrees_with_vaswani"] is None and math.isnan(result["p"])
     assert "no claim is made about the head count" in blocks[-1][1]

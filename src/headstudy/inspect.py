@@ -1,20 +1,13 @@
 """Stage `inspect`: what each attention head follows, what it is worth, and whether several
-heads look at more places than one.
+heads look at more places than one, on the whole test split of every model of the study.
 
-On the whole test split, for every layer and head: where its attention goes (previous token,
-itself, the first position), how far and how thinly it spreads, and how much test perplexity
-rises when its output is zeroed. Head numbers are arbitrary in each trained model, so heads are
-ordered within each model by mean attention distance (rank 0 = the most local) before anything is
-averaged over seeds. Per layer, the spotlight measures: how many distinct positions get
-substantial weight from at least one head, and how many distinct top-1 targets the heads pick;
-and, as their null, the same coverage for the union of k independently trained single heads on
-the same windows, over a sweep of thresholds. The weights come from the model's own forward pass
-(capture switched on), so there is no second copy of the attention maths.
+It reads configs/inspect.yaml (the study's models, inspect settings and paths), the prepared test
+split and its tokenizer, and every trained model; the measures are analysis/attention.py's, the
+figures analysis/head_figures.py's. It writes reports/heads.json and reports/figures/heads/.
 """
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -22,233 +15,22 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
-from headstudy.analysis import figures
-from headstudy.analysis.clues import capturing
-from headstudy.analysis.perplexity import perplexity, stream_nll
-from headstudy.analysis.statistics import against_null, nan_to_null, union_combinations
+from headstudy.analysis import head_figures
+from headstudy.analysis.attention import (
+    ORDER_KEY,
+    head_rows,
+    layer_rows,
+    measure_model,
+    null_thresholds,
+    sentence_maps,
+    spotlight_null,
+)
+from headstudy.analysis.statistics import nan_to_null
 from headstudy.bookkeeping import guards, jobs
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.common.files import write_json
 from headstudy.formats.prepared import TOKENIZER_FILE, load_tokens
 from headstudy.formats.trained import load_trained
-from headstudy.weights.batches import stream_batches
-from headstudy.weights.model import Decoder
-
-SCORES = ("previous_token", "self", "first_position", "distance", "entropy", "uniform_entropy")
-SPOTLIGHT = ("covered_positions", "distinct_top1")
-# The spotlight verdict should not hinge on one threshold of "substantial" weight.
-THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5)
-ORDER_KEY = "distance"
-
-
-def attention_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-head sums over query positions t >= 1 (position 0 can only attend to itself) of
-    each score, and the number of positions summed: weights is (batch, heads, T, T)."""
-    length = weights.shape[-1]
-    t = torch.arange(1, length)
-    rows = weights[:, :, 1:, :]  # (B, H, T-1, T): query positions 1..T-1
-    distance = (t[:, None] - torch.arange(length)[None, :]).clamp(min=0).to(weights.dtype)
-    entropy = -(rows * rows.clamp_min(1e-30).log()).sum(-1)
-    return {
-        "previous_token": rows[:, :, torch.arange(length - 1), t - 1].sum((0, 2)),
-        "self": rows[:, :, torch.arange(length - 1), t].sum((0, 2)),
-        "first_position": rows[:, :, :, 0].sum((0, 2)),
-        "distance": (rows * distance).sum(-1).sum((0, 2)),
-        "entropy": entropy.sum((0, 2)),
-        "uniform_entropy": torch.log(t.to(weights.dtype) + 1).sum().expand(weights.shape[1]) * weights.shape[0],
-        "positions": torch.tensor(float(weights.shape[0] * (length - 1))),
-    }
-
-
-def spotlight_scores(weights: torch.Tensor, substantial: float) -> dict[str, torch.Tensor]:
-    """Sums over query positions t >= 1 of one layer's heads taken together: the number of distinct
-    positions that get more than `substantial` weight from at least one head, and the number of
-    distinct positions the heads put their largest weight on. weights is (B, H, T, T)."""
-    rows = weights[:, :, 1:, :]  # (B, H, T-1, T)
-    covered = (rows > substantial).any(dim=1).sum(-1)  # (B, T-1)
-    top1 = rows.argmax(-1)  # (B, H, T-1)
-    distinct = (top1[:, :, None, :] == torch.arange(weights.shape[-1])[None, None, :, None]).any(1).sum(1)
-    return {
-        "covered_positions": covered.sum().float(),
-        "distinct_top1": distinct.sum().float(),
-        "positions": torch.tensor(float(rows.shape[0] * rows.shape[2])),
-    }
-
-
-@torch.no_grad()
-def attention_measures(
-    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float
-) -> tuple[list[dict], list[dict]]:
-    """Mean scores per (layer, head), and the spotlight measures per layer, over every query
-    position t >= 1 of the stream."""
-    model.eval()
-    layers = model.attention_layers
-    head_totals: list[dict] = [{} for _ in layers]
-    layer_totals: list[dict] = [{} for _ in layers]
-    with capturing(model):
-        for inputs, _ in stream_batches(tokens, model.config.context, batch_size):
-            if inputs.shape[1] < 2:
-                continue
-            model(inputs)
-            for heads_total, layer_total, layer in zip(head_totals, layer_totals, layers, strict=False):
-                for total, scores in (
-                    (heads_total, attention_scores(layer.captured_weights)),
-                    (layer_total, spotlight_scores(layer.captured_weights, substantial)),
-                ):
-                    for key, value in scores.items():
-                        total[key] = total.get(key, 0) + value
-    head_rows, layer_rows = [], []
-    for layer_index, (heads_total, layer_total) in enumerate(zip(head_totals, layer_totals, strict=False)):
-        positions = heads_total.pop("positions")
-        for head in range(model.config.n_heads):
-            head_rows.append(
-                {
-                    "layer": layer_index,
-                    "head": head,
-                    **{key: float(value[head] / positions) for key, value in heads_total.items()},
-                }
-            )
-        positions = layer_total.pop("positions")
-        layer_rows.append(
-            {"layer": layer_index, **{key: float(value / positions) for key, value in layer_total.items()}}
-        )
-    return head_rows, layer_rows
-
-
-@torch.no_grad()
-def ablation_ppl(model: Decoder, tokens: np.ndarray, batch_size: int, layer: int, head: int) -> float:
-    attention = model.attention_layers[layer]
-    mask = torch.ones(model.config.n_heads)
-    mask[head] = 0.0
-    attention.head_mask = mask
-    try:
-        return perplexity(*stream_nll(model, tokens, batch_size))
-    finally:
-        attention.head_mask = None
-
-
-def role(row: dict, roles: DictConfig) -> str:
-    for name, rule in roles.items():
-        if row[rule.score]["mean"] > rule.above:
-            return name
-    return "mixed"
-
-
-def mean_sd(values) -> dict:
-    values = np.asarray(values, dtype=float)
-    return {"mean": float(values.mean()), "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
-
-
-def rank_heads(head_rows: list[dict], key: str = ORDER_KEY) -> list[dict]:
-    """One model's heads with their `rank` within their layer by `key`, smallest first: the
-    label under which heads of different seeds are averaged (head 2 of one seed has nothing to do
-    with head 2 of another)."""
-    ranked = []
-    for layer in sorted({row["layer"] for row in head_rows}):
-        in_layer = sorted((row for row in head_rows if row["layer"] == layer), key=lambda row: (row[key], row["head"]))
-        ranked += [{**row, "rank": rank} for rank, row in enumerate(in_layer)]
-    return ranked
-
-
-def summarise(per_model: list[dict], key: str, group_by: tuple[str, ...], measures: tuple[str, ...]) -> list[dict]:
-    """Mean and sd over the study's seeds, per group (e.g. variant, layer, rank); for head rows,
-    which head of each seed's model is in the group."""
-    groups: dict[tuple, list[dict]] = {}
-    for model in per_model:
-        for row in model[key]:
-            row = {**row, "variant": model["variant"], "heads": model["heads"], "seed": model["seed"]}
-            groups.setdefault(tuple(row[g] for g in group_by), []).append(row)
-    return [
-        {
-            **dict(zip(group_by, group, strict=False)),
-            "heads": rows[0]["heads"],
-            "seeds": [r["seed"] for r in rows],
-            **({"head_by_seed": [r["head"] for r in rows]} if "head" in rows[0] else {}),
-            **{m: mean_sd([r[m] for r in rows]) for m in measures},
-        }
-        for group, rows in groups.items()
-    ]
-
-
-@torch.no_grad()
-def union_coverage(
-    models: list[Decoder],
-    groups: list[tuple[int, ...]],
-    tokens: np.ndarray,
-    batch_size: int,
-    thresholds: tuple[float, ...],
-) -> np.ndarray:
-    """(groups, layers, thresholds): per query position t >= 1, the mean number of positions that
-    get more than the threshold from at least one head of at least one model of the group, every
-    model reading the same windows."""
-    context, layers = models[0].config.context, models[0].config.n_layers
-    if any((m.config.context, m.config.n_layers) != (context, layers) for m in models):
-        raise ValueError("union_coverage: every model must have the same context and number of layers")
-    totals = np.zeros((len(groups), layers, len(thresholds)))
-    queries = 0
-    with ExitStack() as stack:
-        captured = [stack.enter_context(capturing(model.eval())) for model in models]
-        for inputs, _ in stream_batches(tokens, context, batch_size):
-            if inputs.shape[1] < 2:
-                continue
-            for model in models:
-                model(inputs)
-            queries += inputs.shape[0] * (inputs.shape[1] - 1)
-            for layer in range(layers):
-                rows = [attention[layer].captured_weights[:, :, 1:, :] for attention in captured]  # (B, H, T-1, T)
-                for column, threshold in enumerate(thresholds):
-                    above = [(weights > threshold).any(dim=1) for weights in rows]  # per model (B, T-1, T)
-                    for index, group in enumerate(groups):
-                        union = torch.stack([above[member] for member in group]).any(dim=0)
-                        totals[index, layer, column] += union.sum().item()
-    return totals / queries
-
-
-def spotlight_null(
-    loaded: list[dict], multi: str, tokens: np.ndarray, batch_size: int, thresholds: tuple[float, ...]
-) -> dict:
-    """The coverage of each seed of the `multi` variant (k heads) against its null: the union of
-    k single heads trained independently (every model of the study with one head, taken k at a
-    time in every combination), at each threshold. With fewer than k single-head models the null
-    is the union of all of them, which lies below the k-head null."""
-    multis = [i for i, m in enumerate(loaded) if m["variant"] == multi]
-    singles = [i for i, m in enumerate(loaded) if m["heads"] == 1]
-    if not multis or not singles:
-        return {}
-    k = loaded[multis[0]]["heads"]
-    members = multis + singles  # groups below index into this list
-    unions = [tuple(len(multis) + j for j in combo) for combo in union_combinations(len(singles), k)]
-    groups = [(i,) for i in range(len(members))] + unions
-    coverage = union_coverage([loaded[i]["model"] for i in members], groups, tokens, batch_size, thresholds)
-    rows = []
-    for layer in range(coverage.shape[1]):
-        for column, threshold in enumerate(thresholds):
-            observed = coverage[: len(multis), layer, column]
-            alone = coverage[len(multis) : len(multis) + len(singles), layer, column]
-            null = coverage[len(multis) + len(singles) :, layer, column]
-            rows.append(
-                {
-                    "layer": layer,
-                    "threshold": threshold,
-                    "multi_covered": observed.tolist(),
-                    "single_covered": alone.tolist(),
-                    "null_covered": null.tolist(),
-                    "null_mean": float(null.mean()),
-                    "null_min": float(null.min()),
-                    "null_max": float(null.max()),
-                    "position": against_null(observed, null, complete=len(singles) >= k),
-                }
-            )
-    return {
-        "multi": multi,
-        "heads": k,
-        "multi_seeds": [loaded[i]["seed"] for i in multis],
-        "singles": [{"variant": loaded[i]["variant"], "seed": loaded[i]["seed"]} for i in singles],
-        "null_heads": min(k, len(singles)),
-        "null_unions": len(unions),
-        "complete": len(singles) >= k,
-        "rows": rows,
-    }
 
 
 def sentence_ids(tokenizer: Tokenizer, sentence: str, test_tokens: np.ndarray) -> list[int]:
@@ -256,14 +38,6 @@ def sentence_ids(tokenizer: Tokenizer, sentence: str, test_tokens: np.ndarray) -
         raise ConfigError(f"inspect.sentence={sentence!r} does not occur in the test split")
     # Inside the stream every word follows a space: encode it the way the model saw it there.
     return tokenizer.encode(" " + sentence.strip()).ids
-
-
-@torch.no_grad()
-def sentence_maps(model: Decoder, ids: list[int]) -> list[np.ndarray]:
-    """(heads, T, T) attention of every layer on one sentence."""
-    with capturing(model) as layers:
-        model(torch.tensor([ids[: model.config.context]]))
-        return [layer.captured_weights[0].numpy() for layer in layers]
 
 
 def inspect(config: DictConfig) -> dict:
@@ -286,59 +60,33 @@ def inspect(config: DictConfig) -> dict:
         variant, seed = str(training.variant), training.seed
         # Refused unless it is the model these settings ask for, trained on this data.
         model, _ = load_trained(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
-        intact = perplexity(*stream_nll(model, test, settings.batch_size))
-        heads, layers = attention_measures(model, test, settings.batch_size, settings.substantial_weight)
-        for row in heads:
-            row["ablation_delta_ppl"] = (
-                ablation_ppl(model, test, settings.batch_size, row["layer"], row["head"]) - intact
-            )
-        heads = rank_heads(heads)
-        per_model.append(
-            {
-                "variant": variant,
-                "heads": model.config.n_heads,
-                "seed": seed,
-                "test_ppl": intact,
-                "head_scores": heads,
-                "layers": layers,
-            }
-        )
+        measured = measure_model(model, test, settings.batch_size, settings.substantial_weight)
+        per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, **measured})
         loaded.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "model": model})
         print(
             f"inspect: {name}: "
-            + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in layers)
+            + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in measured["layers"])
         )
         if variant not in drawn:  # the first seed's maps
             drawn.add(variant)
-            for layer, weights in enumerate(sentence_maps(model, ids)):
-                order = sorted((r for r in heads if r["layer"] == layer), key=lambda r: r["rank"])
-                map_figures.append(
-                    str(
-                        figures.attention_maps(
-                            weights[[r["head"] for r in order]],
-                            labels,
-                            [f"head {r['head']}: mean distance {r['distance']:.1f}" for r in order],
-                            f"Attention of variant {variant} (seed {seed}), layer {layer}, heads by mean distance",
-                            figure_dir / f"attention_h{variant}_layer{layer}.png",
-                        )
-                    )
-                )
-    head_rows = summarise(per_model, "head_scores", ("variant", "layer", "rank"), (*SCORES, "ablation_delta_ppl"))
-    for row in head_rows:
-        row["role"] = role(row, settings.roles)
+            maps = sentence_maps(model, ids)
+            drawn_maps = head_figures.model_attention_maps(
+                maps, measured["head_scores"], labels, variant, seed, figure_dir
+            )
+            map_figures += [str(path) for path in drawn_maps]
     return {
         "sentence": settings.sentence,
         "substantial_weight": settings.substantial_weight,
         "roles": {name: dict(rule) for name, rule in settings.roles.items()},
         "heads_ordered_by": ORDER_KEY,
-        "rows": head_rows,
-        "layers": summarise(per_model, "layers", ("variant", "layer"), SPOTLIGHT),
+        "rows": head_rows(per_model, settings.roles),
+        "layers": layer_rows(per_model),
         "spotlight": spotlight_null(
             loaded,
             str(settings.spotlight.multi),
             test,
             settings.batch_size,
-            tuple(sorted({*THRESHOLDS, settings.substantial_weight})),
+            null_thresholds(settings.substantial_weight),
         ),
         "models": per_model,
         "figures": {"attention_maps": map_figures},
@@ -348,7 +96,7 @@ def inspect(config: DictConfig) -> dict:
 def main(config: DictConfig) -> None:
     guards.refuse_pipeline_outputs(config, "reports")
     result = inspect(config)
-    head_scores = figures.head_scores(
+    head_scores = head_figures.head_scores(
         result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png"
     )
     result["figures"]["head_scores"] = str(head_scores)
@@ -357,5 +105,6 @@ def main(config: DictConfig) -> None:
         print(
             f"inspect: spotlight, layer {row['layer']}, threshold {row['threshold']:g}: variant "
             f"{result['spotlight']['multi']} covers {', '.join(f'{c:.2f}' for c in row['multi_covered'])} "
-            f"positions per query; unions of single heads {row['null_min']:.2f} to {row['null_max']:.2f}: {row['position']}"
+            f"positions per query; unions of single heads {row['null_min']:.2f} to {row['null_max']:.2f}: "
+            f"{row['position']}"
         )

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.analysis import figures
+from headstudy.analysis import report_figures
 from headstudy.analysis.budget import budget_section
 from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
 from headstudy.analysis.headline import report_metrics
@@ -198,11 +198,11 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
         ("heading", "Figures"),
         (
             "figure",
-            figures.validation_curves(
+            report_figures.validation_curves(
                 curves, {r["variant"]: r["label"] for r in rows}, figure_dir / "validation_curves.png"
             ),
         ),
-        ("figure", figures.test_perplexity(rows, figure_dir / "test_perplexity.png")),
+        ("figure", report_figures.test_perplexity(rows, figure_dir / "test_perplexity.png")),
         (
             "text",
             f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per line as the PTB "

@@ -6,53 +6,20 @@ the video's 75% against 35%; and where the heads look, clue by clue.
 It reads configs/report.yaml (the study's models, report settings and paths) and, per model,
 metrics/NAME.json and metrics/attention/NAME.json; it writes reports/results.md, results.html
 (the same blocks), summary.json, the figures, and metrics.json: the headline numbers, flat and
-numeric, for `dvc metrics show`."""
+numeric, for `dvc metrics show`. The analysis is analysis/clue_accuracy.py's."""
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.analysis import clue_figures
+from headstudy.analysis.clue_accuracy import accuracy_table, headline, spotlight_report
 from headstudy.analysis.render import to_html, to_markdown
-from headstudy.analysis.statistics import mean_ci95, nan_to_null
+from headstudy.analysis.statistics import nan_to_null
 from headstudy.bookkeeping import guards
-from headstudy.common.errors import ConfigError, first_line
-from headstudy.common.files import write_atomically, write_json
-from headstudy.formats.names import parse_variant
-
-
-def read_json(path: Path) -> dict:
-    if not Path(path).is_file():
-        raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
-    try:
-        return json.loads(Path(path).read_text())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path} is not valid JSON ({first_line(error)}): run `dvc repro` again") from None
-
-
-def label(variant: str, labels: dict) -> str:
-    if variant in labels:
-        return labels[variant]
-    heads, _ = parse_variant(variant)
-    return f"{heads} head{'s' if heads > 1 else ''}"
-
-
-def percent(value: float) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
-
-
-def points(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{100 * value:+.1f}"
-
-
-def with_interval(mean: float, low: float, high: float, show=percent) -> str:
-    return show(mean) if math.isnan(low) else f"{show(mean)} [{show(low)}, {show(high)}]"
+from headstudy.common.errors import ConfigError
+from headstudy.common.files import read_json, write_atomically, write_json
 
 
 def read_models(models: list[dict], metrics_dir: Path) -> list[dict]:
@@ -78,214 +45,8 @@ def read_models(models: list[dict], metrics_dir: Path) -> list[dict]:
     return rows
 
 
-def accuracy_rows(models: list[dict], variants: list[str], ks: list[int], labels: dict) -> list[dict]:
-    """Per variant and k: accuracy per seed, their mean and 95% CI; the clue-reading measures."""
-    rows = []
-    for variant in variants:
-        for k in ks:
-            group = sorted((m for m in models if m["variant"] == variant and m["k"] == k), key=lambda m: m["seed"])
-            if not group:
-                continue
-            accuracy = [m["accuracy"] for m in group]
-            mean, low, high = mean_ci95(accuracy)
-            low, high = float(np.clip(low, 0, 1)), float(np.clip(high, 0, 1))  # an accuracy stays in [0, 1]
-            focused = np.clip(mean_ci95([m["clues_focused"] for m in group]), 0, k).tolist()
-            best = np.mean([m["attention"][0]["best"] for m in group], axis=0)
-            rows.append(
-                {
-                    "variant": variant,
-                    "label": label(variant, labels),
-                    "k": k,
-                    "heads": group[0]["heads"],
-                    "params": group[0]["params"],
-                    "seeds": [m["seed"] for m in group],
-                    "accuracy": accuracy,
-                    "accuracy_mean": mean,
-                    "accuracy_ci95": [low, high],
-                    "clues_focused_mean": focused[0],
-                    "clues_focused_ci95": list(focused[1:]),
-                    "best_share": best.tolist(),
-                    "chance": group[0]["chance"],
-                    "one_clue_best": group[0]["one_clue_best"],
-                }
-            )
-    return rows
-
-
-def gaps(models: list[dict], a: str, b: str, ks: list[int]) -> list[dict]:
-    """Accuracy of b minus a at every k, paired by seed (same seed, same data)."""
-    found = []
-    for k in ks:
-        by_seed = {
-            variant: {m["seed"]: m["accuracy"] for m in models if m["variant"] == variant and m["k"] == k}
-            for variant in (a, b)
-        }
-        seeds = sorted(set(by_seed[a]) & set(by_seed[b]))
-        if not seeds:
-            continue
-        differences = [by_seed[b][s] - by_seed[a][s] for s in seeds]
-        mean, low, high = mean_ci95(differences)
-        found.append(
-            {
-                "k": k,
-                "a": a,
-                "b": b,
-                "seeds": seeds,
-                "per_seed": differences,
-                "diff_mean": mean,
-                "diff_ci95": [low, high],
-                "b_better_in": sum(d > 0 for d in differences),
-                "significant": bool(low > 0 or high < 0),
-            }
-        )
-    return found
-
-
-def accuracy_table(rows: list[dict], ks: list[int]) -> pd.DataFrame:
-    table = {"Model": [], "Parameters": []}
-    for k in ks:
-        table[f"k = {k}"] = []
-    labels = list(dict.fromkeys(r["label"] for r in rows))
-    for name in labels:
-        mine = {r["k"]: r for r in rows if r["label"] == name}
-        first = next(iter(mine.values()))
-        table["Model"].append(name)
-        table["Parameters"].append(f"{first['params']:,}")
-        for k in ks:
-            row = mine.get(k)
-            table[f"k = {k}"].append("" if row is None else with_interval(row["accuracy_mean"], *row["accuracy_ci95"]))
-    for name, key in (("Best from one clue", "one_clue_best"), ("Chance", "chance")):
-        table["Model"].append(name)
-        table["Parameters"].append("")
-        for k in ks:
-            level = next((r[key] for r in rows if r["k"] == k), None)
-            table[f"k = {k}"].append("" if level is None else percent(level))
-    return pd.DataFrame(table)
-
-
-def gap_table(found: list[dict], labels: dict) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "k": [str(g["k"]) for g in found],
-            f"{label(found[0]['b'], labels)} minus {label(found[0]['a'], labels)}, points": [
-                with_interval(g["diff_mean"], *g["diff_ci95"], show=points) for g in found
-            ],
-            "Per seed": [", ".join(points(d) for d in g["per_seed"]) for g in found],
-            "Better in": [f"{g['b_better_in']} of {len(g['seeds'])} seeds" for g in found],
-        }
-    )
-
-
-def gap_sentence(found: list[dict], rows: list[dict], labels: dict, video: dict | None) -> tuple[str, dict]:
-    a, b = found[0]["a"], found[0]["b"]
-    largest = max(found, key=lambda g: g["diff_mean"])
-    accuracy = {(r["variant"], r["k"]): r["accuracy_mean"] for r in rows}
-    k = largest["k"]
-    low, high = largest["diff_ci95"]
-    n = len(largest["seeds"])
-    text = (
-        f"The gap between {label(b, labels).lower()} and {label(a, labels).lower()} is largest at k = {k}: "
-        f"{percent(accuracy[(b, k)])} against {percent(accuracy[(a, k)])}, "
-        f"{points(largest['diff_mean'])} points"
-    )
-    text += (
-        " (one seed: no interval, so no claim)."
-        if n < 2
-        else f", 95% CI [{points(low)}, {points(high)}] over {n} seeds, which "
-        + ("excludes 0." if largest["significant"] else "includes 0: not resolved by these seeds.")
-    )
-    if video:
-        gap = video["multi_accuracy"] - video["single_accuracy"]
-        text += (
-            f" The video's comparison, {percent(video['multi_accuracy'])} for {video['multi']} spotlights against "
-            f"{percent(video['single_accuracy'])} for {video['single']}, is a gap of {points(gap)} points; it "
-            "names no task or model, so it is an illustration to hold ours against, not a measurement."
-        )
-    return text, {
-        "k": k,
-        "diff_mean": largest["diff_mean"],
-        "diff_ci95": [low, high],
-        "significant": largest["significant"],
-    }
-
-
-def attention_table(rows: list[dict], ks: list[int]) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "Model": [r["label"] for r in rows],
-            "k": [str(r["k"]) for r in rows],
-            "Clues read by a head of their own, per answer": [
-                with_interval(r["clues_focused_mean"], *r["clues_focused_ci95"], show=lambda v: f"{v:.2f}")
-                + f" of {r['k']}"
-                for r in rows
-            ],
-            "Largest weight any head puts on each clue (a, b, c, ...)": [
-                ", ".join(f"{v:.2f}" for v in r["best_share"]) for r in rows
-            ],
-        }
-    )
-
-
-def head_assignments(models: list[dict], focus: float) -> list[dict]:
-    """Per model: for each head, the clue it gives most of its weight to, on average over the
-    queries (share > focus), or None; and whether two heads take the same clue."""
-    found = []
-    for model in models:
-        share = np.asarray(model["attention"][0]["share"])
-        takes = [int(row.argmax()) if row.max() > focus else None for row in share]
-        taken = [clue for clue in takes if clue is not None]
-        found.append(
-            {
-                "name": model["name"],
-                "variant": model["variant"],
-                "k": model["k"],
-                "seed": model["seed"],
-                "takes": takes,
-                "distinct": len(set(taken)),
-                "shared": len(taken) - len(set(taken)),
-            }
-        )
-    return found
-
-
-def assignment_sentence(assigned: list[dict], rows: list[dict], labels: dict, focus: float) -> str:
-    parts = []
-    for row in rows:
-        if row["heads"] < 2 or row["k"] < 2:
-            continue
-        mine = [a for a in assigned if a["variant"] == row["variant"] and a["k"] == row["k"]]
-        distinct = [a["distinct"] for a in mine]
-        parts.append(
-            f"{row['label'].lower()} at k = {row['k']}: {', '.join(map(str, distinct))} distinct clues "
-            f"(seeds {', '.join(str(a['seed']) for a in mine)})"
-        )
-    if not parts:
-        return ""
-    return (
-        f"Different heads, different clues? Counting, per trained model, the clues that some head gives more "
-        f"than {focus:g} of its weight on average over the test answers: " + "; ".join(parts) + "."
-    )
-
-
-def headline(summary: dict) -> dict[str, float]:
-    """`accuracy_pct/k{K}/VARIANT` (mean over seeds), `clues_focused/k{K}/VARIANT`,
-    `gap_points/B_vs_A/k{K}` and `largest_gap_k/B_vs_A`: finite numbers only."""
-    found = {}
-    for row in summary["rows"]:
-        found[f"accuracy_pct/k{row['k']}/{row['variant']}"] = 100 * row["accuracy_mean"]
-        found[f"clues_focused/k{row['k']}/{row['variant']}"] = row["clues_focused_mean"]
-    for comparison in summary["comparisons"]:
-        pair = f"{comparison['b']}_vs_{comparison['a']}"
-        for gap in comparison["by_k"]:
-            found[f"gap_points/{pair}/k{gap['k']}"] = 100 * gap["diff_mean"]
-        found[f"largest_gap_k/{pair}"] = comparison["largest"]["k"]
-    return {key: value for key, value in found.items() if math.isfinite(value)}
-
-
 def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
-    labels = {str(key): value for key, value in settings.get("labels", {}).items()}
     metrics_dir, reports_dir = Path(config.paths.metrics), Path(config.paths.reports)
-    figure_dir = reports_dir / "figures"
     variants = [str(v) for v in study["variants"]]
     ks = sorted(int(k) for k in study.get("clues") or [])
     if not ks:
@@ -294,88 +55,13 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
         OmegaConf.to_container(config.models) if OmegaConf.is_config(config.models) else list(config.models),
         metrics_dir,
     )
-    rows = accuracy_rows(models, variants, ks, labels)
-    levels = {r["k"]: {"chance": r["chance"], "one_clue_best": r["one_clue_best"]} for r in rows}
     focus = read_json(metrics_dir / "attention" / f"{models[0]['name']}.json")["focus"]
-    values = round(levels[ks[0]]["one_clue_best"] / levels[ks[0]]["chance"])
-    lines = []
-    for variant in variants:
-        mine = [r for r in rows if r["variant"] == variant]
-        lines.append(
-            {
-                "label": label(variant, labels),
-                "k": [r["k"] for r in mine],
-                "mean": [r["accuracy_mean"] for r in mine],
-                "low": [r["accuracy_ci95"][0] for r in mine],
-                "high": [r["accuracy_ci95"][1] for r in mine],
-            }
-        )
-    blocks = [
-        ("title", settings["title"]),
-        (
-            "text",
-            f"Accuracy at the {models[0]['queries']:,} answer positions of the test split: the share of "
-            f"queries where the model's most likely next token is the right answer, one token out of "
-            f"{values}^k. Mean over seeds {', '.join(map(str, sorted({m['seed'] for m in models})))} with a "
-            f"95% Student-t interval, cut to [0%, 100%]. Chance is 1/{values}^k; a model that reads only one "
-            f"of the k clues can reach at most 1/{values}^(k-1). The task, and why a one-layer model with "
-            "enough heads can solve it: README.md beside the study's params.yaml.",
-        ),
-        ("table", accuracy_table(rows, ks)),
-        ("figure", clue_figures.accuracy_by_clues(lines, levels, figure_dir / "accuracy_by_clues.png")),
-    ]
-    if settings.get("measured_time"):  # stated in params.yaml: a report never reads the clock
-        blocks.insert(2, ("text", f"Time to regenerate the study, as measured: {settings['measured_time']}."))
-    summary = {"rows": rows, "levels": {str(k): v for k, v in levels.items()}}
-    compare = [[str(v) for v in pair] for pair in settings.get("compare") or []]
-    summary["comparisons"] = []
-    for number, (a, b) in enumerate(compare):
-        found = gaps(models, a, b, ks)
-        if not found:
-            continue
-        blocks += [("heading", f"{label(b, labels)} against {label(a, labels)}"), ("table", gap_table(found, labels))]
-        text, largest = gap_sentence(found, rows, labels, settings.get("video_claim") if number == 0 else None)
-        blocks.append(("text", text))
-        summary["comparisons"].append({"a": a, "b": b, "by_k": found, "largest": largest})
-    cells = {}
-    for variant in variants:
-        for k in ks:
-            first = [m for m in models if m["variant"] == variant and m["k"] == k]
-            if first:
-                cells[(variant, k)] = np.asarray(min(first, key=lambda m: m["seed"])["attention"][0]["share"])
-    assigned = head_assignments(models, focus)
-    blocks += [
-        ("heading", "Where the heads look"),
-        (
-            "text",
-            "From the query, in the only layer: the weight each head puts on each clue (the latest token of its "
-            "type; the clue positions are known by construction). A clue is read by a head of its own at an "
-            f"answer when some head puts more than {focus:g} of its weight on it: a head can do that for one "
-            "token only, so a count above 1 means that different heads take different clues. Mean over seeds "
-            "with a 95% interval; the largest weight on each clue is averaged over answers and seeds.",
-        ),
-        ("table", attention_table(rows, ks)),
-        (
-            "figure",
-            clue_figures.clue_attention_grid(
-                cells,
-                variants,
-                {v: label(v, labels) for v in variants},
-                ks,
-                figure_dir / "clue_attention.png",
-                "Mean share of each head's attention on each clue (first seed; heads ordered by their clue)",
-            ),
-        ),
-    ]
-    sentence = assignment_sentence(assigned, rows, labels, focus)
-    if sentence:
-        blocks.append(("text", sentence))
-    summary["assignments"] = assigned
+    blocks, summary = spotlight_report(models, variants, ks, focus, settings, reports_dir / "figures")
     write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_json(reports_dir / "metrics.json", headline(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
-    print(accuracy_table(rows, ks).to_string(index=False))
+    print(accuracy_table(summary["rows"], ks).to_string(index=False))
     for comparison in summary["comparisons"]:
         print(f"{comparison['b']} against {comparison['a']}: largest gap at k = {comparison['largest']['k']}")
     return summary

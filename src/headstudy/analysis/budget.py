@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from headstudy.analysis import figures
+from headstudy.analysis import report_figures
 from headstudy.analysis.wording import label
 from headstudy.common.errors import ConfigError
 
@@ -110,7 +110,7 @@ def budget_evidence(evidence_dir: Path, tokens: int, settings: dict, figure_dir:
     applies = tokens in long_gap.index
     # The figure is a declared output of the stage, so it is drawn either way; only a budget the
     # long runs were validated at is marked on it, and only then is it part of the report.
-    figure = figures.budget_evidence(
+    figure = report_figures.budget_evidence(
         evidence, long_gap, tokens if applies else None, figure_dir / "budget_evidence.png"
     )
     if not applies:

@@ -6,21 +6,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no screen needed
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import PercentFormatter
 
-
-def save(figure, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+from headstudy.analysis.plotting import plt, save_figure
 
 
 def accuracy_by_clues(lines: list[dict], levels: dict[int, dict], path: Path) -> Path:
@@ -55,7 +44,7 @@ def accuracy_by_clues(lines: list[dict], levels: dict[int, dict], path: Path) ->
     axes.grid(True, alpha=0.3)
     axes.set_title("Test accuracy: mean over seeds, bars 95% CI")
     axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3, frameon=False)
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 def clue_attention_grid(
@@ -106,8 +95,4 @@ def clue_attention_grid(
     if image is not None:
         figure.colorbar(image, ax=grid, shrink=0.6, label="share of the head's weight")
     figure.suptitle(title, fontsize=10)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, layout=False)

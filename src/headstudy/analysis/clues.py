@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from headstudy.analysis.capture import capturing
 from headstudy.common.errors import ConfigError
 from headstudy.weights.model import Decoder
 
@@ -30,23 +31,6 @@ def query_windows(
     kept = np.flatnonzero((starts >= 0) & (columns >= 0).all(axis=1))
     windows = np.asarray(tokens)[starts[kept, None] + np.arange(context)].astype(np.int64)
     return windows, columns[kept], kept
-
-
-class capturing:
-    """Weight capture on in every attention layer, off again afterwards (the model's own
-    forward computes the weights: no second copy of the attention maths)."""
-
-    def __init__(self, model: Decoder):
-        self.layers = model.attention_layers
-
-    def __enter__(self):
-        for layer in self.layers:
-            layer.capture_weights = True
-        return self.layers
-
-    def __exit__(self, *exc):
-        for layer in self.layers:
-            layer.capture_weights, layer.captured_weights = False, None
 
 
 @torch.no_grad()

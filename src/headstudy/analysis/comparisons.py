@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import figures
+from headstudy.analysis import report_figures
 from headstudy.analysis.statistics import additive_fit, contrast, holm, paired_difference, verdict
 from headstudy.analysis.wording import interval, label, p_is, p_value, signed
 from headstudy.formats.names import parse_variant
@@ -283,7 +283,7 @@ def pooled_blocks(
             ) == "chapter":
                 row["reference"] = theirs
     # Written even with no comparison, so that the stage's outputs are the same for every study.
-    figure = figures.forest(
+    figure = report_figures.forest(
         forest_rows, figure_dir / "comparisons.png", "course chapter (its unit unknown)" if claim else None
     )
     return blocks + ([("figure", figure)] if forest_rows else []), summary

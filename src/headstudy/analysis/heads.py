@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from headstudy.analysis.wording import label
+
 POSITION_WORDS = {
     "above": "more than every union of {k} independent single heads",
     "within": "within the range of unions of {k} independent single heads",
@@ -136,10 +138,7 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
 
 def heads_blocks(heads: dict, labels: dict) -> list:
     def name(variant: str) -> str:
-        if variant in labels:
-            return labels[variant]
-        count, _, extra = variant.partition("-")
-        return f"{count} head{'s' if int(count) > 1 else ''}" + (f" ({variant})" if extra else "")
+        return label(variant, labels)
 
     rules = "; ".join(
         f"{role}: {rule['score'].replace('_', '-')} score above {rule['above']}"

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import figures
+from headstudy.analysis import report_figures
 from headstudy.analysis.wording import label
 
 
@@ -64,7 +64,7 @@ def learning_rate_section(
             "One seed per cell: a difference smaller than the seed-to-seed spread is not resolved, and "
             "the last column says how close the runner-up is."
         )
-    figure = figures.learning_rates(
+    figure = report_figures.learning_rates(
         {label(v, labels): final.loc[v].to_dict() for v in variants},
         {label(v, labels): selected[v] for v in variants},
         figure_dir / "learning_rates.png",
@@ -78,7 +78,7 @@ def learning_rate_section(
         ("figure", figure),
         (
             "figure",
-            figures.validation_curves(
+            report_figures.validation_curves(
                 chosen,
                 {v: f"{label(v, labels)}, lr {selected[v]:g}" for v in variants},
                 figure_dir / "validation_curves.png",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import figures
+from headstudy.analysis import report_figures
 from headstudy.analysis.comparisons import log_ppl_matrix
 from headstudy.analysis.statistics import additive_fit, contrast, polynomial_trend
 from headstudy.analysis.wording import interval, p_is, signed
@@ -134,7 +134,7 @@ def sweep_section(rows: list[dict], tokens_per_word: float, figure_dir: Path) ->
         ("table", table),
         (
             "figure",
-            figures.sweep(
+            report_figures.sweep(
                 rows,
                 {h: (c["log_ratio"], *c["log_ratio_ci95"]) for h, c in against_one.items()},
                 reference,

@@ -1,4 +1,4 @@
-"""The reports' figures, as PNG files. Every error bar and band says in its legend what it is."""
+"""The report stage's figures, as PNG files. Every error bar and band says in its legend what it is."""
 
 from __future__ import annotations
 
@@ -6,45 +6,11 @@ import math
 import textwrap
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no screen needed
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import NullFormatter
 
-PLAIN = FuncFormatter(lambda value, _: f"{value:g}")
-MILLIONS = FuncFormatter(lambda value, _: f"{value / 1e6:g}")
-PERCENT = FuncFormatter(lambda value, _: f"{value:+g}%" if value else "0%")
-
-
-def plain_log_y(axes, axis: str = "y") -> None:
-    """Log scale with plain tick labels (20, 30, 50), never 2x10^1; over many decades only the
-    powers of ten, so that the labels never run into each other."""
-    getattr(axes, f"set_{axis}scale")("log")
-    scale = getattr(axes, f"{axis}axis")
-    low, high = sorted(getattr(axes, f"get_{axis}lim")())
-    decades = np.log10(high / low) if low > 0 else 0
-    subs = (1.0,) if decades > 3 else (1.0, 3.0) if decades > 1.5 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
-    scale.set_major_locator(LogLocator(subs=subs))
-    scale.set_major_formatter(PLAIN)
-    scale.set_minor_formatter(NullFormatter())
-
-
-def save(figure, path: Path, layout: bool = True) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if layout:
-        figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
-
-
-def legend_below(axes, columns: int = 2) -> None:
-    """The legend under the plot, where it can hide no data."""
-    axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=columns, frameon=False)
+from headstudy.analysis.plotting import MILLIONS, PERCENT, PLAIN, legend_below, plain_log_y, plt, save_figure
 
 
 def validation_curves(curves: pd.DataFrame, labels: dict[str, str], path: Path) -> Path:
@@ -78,7 +44,7 @@ def validation_curves(curves: pd.DataFrame, labels: dict[str, str], path: Path) 
     axes.grid(True, which="major", alpha=0.3)
     legend_below(axes)
     axes.set_title("Validation perplexity during training")
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 def test_perplexity(rows: list[dict], path: Path) -> Path:
@@ -121,7 +87,7 @@ def test_perplexity(rows: list[dict], path: Path) -> Path:
     axes.grid(True, axis="y", alpha=0.3)
     axes.set_title("Test perplexity (the axis spans the results, not from 0)")
     axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> Path:
@@ -133,7 +99,7 @@ def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> 
         figure, axes = plt.subplots(figsize=(6, 1.2))
         axes.axis("off")
         axes.text(0.5, 0.5, "No comparison in this study", ha="center", va="center")
-        return save(figure, path)
+        return save_figure(figure, path)
     height = 1.5 + 0.5 * len(rows)
     figure, panels = plt.subplots(1, 2, figsize=(11, height), sharey=True)
     positions = np.arange(len(rows))[::-1]
@@ -163,7 +129,7 @@ def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> 
     handles, labels = panels[0].get_legend_handles_labels()
     figure.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), frameon=False)
     figure.tight_layout(rect=(0, 0.35 / height, 1, 1))
-    return save(figure, path, layout=False)
+    return save_figure(figure, path, layout=False)
 
 
 def budget_evidence(curves: dict[str, pd.DataFrame], gap: pd.Series, budget_tokens: int | None, path: Path) -> Path:
@@ -187,7 +153,7 @@ def budget_evidence(curves: dict[str, pd.DataFrame], gap: pd.Series, budget_toke
         axes.set_xlabel("training tokens (millions)")
         axes.grid(True, alpha=0.3)
         legend_below(axes, columns=1)
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 def sweep(
@@ -249,7 +215,7 @@ def sweep(
         axes.set_xlabel("attention heads (they split the same width)")
         axes.grid(True, alpha=0.3)
         legend_below(axes, columns=1)
-    return save(figure, path)
+    return save_figure(figure, path)
 
 
 def learning_rates(final: dict[str, dict[float, float]], selected: dict[str, float], path: Path) -> Path:
@@ -273,87 +239,4 @@ def learning_rates(final: dict[str, dict[float, float]], selected: dict[str, flo
     axes.set_title("Learning rate per variant")
     axes.grid(True, which="major", alpha=0.3)
     legend_below(axes)
-    return save(figure, path)
-
-
-def attention_maps(weights: np.ndarray, labels: list[str], titles: list[str], title: str, path: Path) -> Path:
-    """One panel per head, two to a row so that they stay legible on a page: row = the token
-    attending, column = the token attended to, colour = attention weight. Token labels on the
-    outer edges only, so that no label runs into the next panel."""
-    heads, length = weights.shape[0], weights.shape[-1]
-    columns = min(heads, 2)
-    rows = -(-heads // columns)
-    side = max(3.2, 0.28 * length + 1.2)
-    # Fixed gaps rather than tight_layout, which packs the panels until their tick labels touch.
-    figure, axes = plt.subplots(
-        rows,
-        columns,
-        figsize=(side * columns + 2.2, side * rows + 0.4),
-        squeeze=False,
-        gridspec_kw={"wspace": 0.12, "hspace": 0.15},
-    )
-    ticks = range(length)
-    image = None
-    for head, ax in enumerate(axes.flat):
-        if head >= heads:
-            ax.axis("off")
-            continue
-        image = ax.imshow(weights[head], cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(titles[head], fontsize=10)
-        ax.set_xticks(ticks, labels if head + columns >= heads else [], rotation=90, fontsize=8)
-        ax.set_yticks(ticks, labels if head % columns == 0 else [], fontsize=8)
-        if head + columns >= heads:
-            ax.set_xlabel("attended to")
-        if head % columns == 0:
-            ax.set_ylabel("attending")
-    figure.suptitle(title)
-    figure.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(figure)
-    return path
-
-
-def head_scores(rows: list[dict], path: Path) -> Path:
-    """Per-head scores, one horizontal row per head (heads ordered within each model by mean
-    attention distance, then averaged over seeds): mean over seeds, error bar = sd over seeds."""
-    scores = {"previous_token": "previous token", "self": "self", "first_position": "first position"}
-    labels = [
-        f"variant {r['variant']}, layer {r['layer']}, " + (f"rank {r['rank']}" if r["heads"] > 1 else "only head")
-        for r in rows
-    ]
-    positions = np.arange(len(rows))[::-1]
-    height = 2.0 + 0.45 * len(rows)
-    figure, (shares, ablation) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
-    bar = 0.8 / len(scores)
-    for index, (key, name) in enumerate(scores.items()):
-        shares.barh(
-            positions + (1 - index) * bar,
-            [r[key]["mean"] for r in rows],
-            bar,
-            xerr=[r[key]["sd"] for r in rows],
-            capsize=2,
-            label=name,
-        )
-    shares.set_yticks(positions, labels, fontsize=8)
-    shares.set_xlabel("mean attention weight\n(error bar: sd over seeds)")
-    shares.set_title("Where each head's attention goes", fontsize=10)
-    figure.legend(*shares.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3, frameon=False)
-    ablation.barh(
-        positions,
-        [r["ablation_delta_ppl"]["mean"] for r in rows],
-        xerr=[r["ablation_delta_ppl"]["sd"] for r in rows],
-        capsize=3,
-        color="tab:gray",
-    )
-    if all(r["ablation_delta_ppl"]["mean"] > 0 for r in rows):
-        plain_log_y(ablation, "x")
-        ablation.set_xlabel("test perplexity rise when zeroed\n(log scale; error bar: sd over seeds)")
-    else:
-        ablation.set_xlabel("test perplexity rise when zeroed\n(error bar: sd over seeds)")
-    ablation.set_title("What each head is worth\n(zeroing a model's only head removes attention)", fontsize=10)
-    for axes in (shares, ablation):
-        axes.grid(True, axis="x", alpha=0.3)
-    figure.tight_layout(rect=(0, 0.35 / height, 1, 1))
-    return save(figure, path, layout=False)
+    return save_figure(figure, path)
