@@ -20,7 +20,7 @@ def parse_variant(variant) -> tuple[int, str | None]:
     if not match or int(match[1]) < 1:
         raise ConfigError(
             f"variant={variant}: expected a head count, optionally followed by -NAME for "
-            "conf/variant/NAME.yaml (e.g. 4 or 1-mix)"
+            "conf/variants/NAME.yaml (e.g. 4 or 1-mix)"
         )
     return int(match[1]), match[2]
 
