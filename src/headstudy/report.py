@@ -12,7 +12,6 @@ by the numbers, and nothing in the outputs depends on when or where the report r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +19,11 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis import figures
-from headstudy.analysis.budget import budget_section
+from headstudy.analysis.budget import budget_section, evidence_curves
 from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
 from headstudy.analysis.headline import headline
 from headstudy.analysis.heads import heads_blocks
+from headstudy.analysis.inputs import read_curve, read_json
 from headstudy.analysis.learning_rates import learning_rate_section
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
@@ -33,25 +33,6 @@ from headstudy.bookkeeping import guards, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import load_stats
-
-
-def read_json(path: Path) -> dict:
-    if not Path(path).is_file():
-        raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
-
-    def refuse(constant: str):
-        raise ValueError(f"it holds {constant}, which is no result")
-
-    try:
-        return json.loads(Path(path).read_text(), parse_constant=refuse)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path} is not valid JSON ({error}): run `dvc repro` to produce it again") from None
-
-
-def read_curve(path: Path) -> pd.DataFrame:
-    if not Path(path).is_file():
-        raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
-    return pd.read_csv(path)
 
 
 def study_metrics(metrics: Path, models: list[dict]) -> pd.DataFrame:
@@ -154,18 +135,52 @@ def results_table(rows: list[dict], baselines: dict, vocab: int) -> pd.DataFrame
     return table
 
 
-def study_report(config: DictConfig, study: dict, settings: dict, models: list[dict]) -> tuple[list, dict]:
+def heads_input(path: Path, reports_dir: Path) -> dict:
+    """inspect's heads.json, whose figures the report shows: they must lie in this report's
+    folder, as inspect writes them for the same paths.reports, or the report would link elsewhere."""
+    heads = read_json(path)
+    figures_named = [*heads.get("figures", {}).get("attention_maps", []), heads.get("figures", {}).get("head_scores")]
+    for figure in figures_named:
+        inside = isinstance(figure, str) and reports_dir.resolve() in Path(figure).resolve().parents
+        if not inside or not Path(figure).is_file():
+            raise ConfigError(
+                f"{path} names the figure {figure!r}, which is no file under paths.reports={reports_dir}: "
+                "run `headstudy inspect` with the same paths.reports (under DVC: `dvc repro inspect`)"
+            )
+    return heads
+
+
+def read_inputs(config: DictConfig, study: dict, settings: dict, models: list[dict]) -> dict:
+    """Every file the report reads, read and checked before it writes anything: a missing or
+    broken input is refused while the previous report is still whole."""
+    metrics_dir, reports_dir = Path(config.paths.metrics), Path(config.paths.reports)
+    inputs = {"curves": study_curves(metrics_dir, models)}
+    if study.get("lrs"):
+        return inputs
+    inputs["stats"] = load_stats(Path(config.paths.prepared))
+    inputs["baselines"] = read_json(Path(config.paths.baselines))
+    inputs["metrics"] = study_metrics(metrics_dir, models)
+    if settings.get("inspect"):
+        inputs["heads"] = heads_input(reports_dir / "heads.json", reports_dir)
+    if settings.get("budget"):
+        evidence_curves(Path(settings["budget"]["evidence"]))
+    return inputs
+
+
+def study_report(
+    config: DictConfig, study: dict, settings: dict, models: list[dict], inputs: dict
+) -> tuple[list, dict]:
     variants = [str(v) for v in study["variants"]]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
-    metrics_dir, figure_dir = Path(config.paths.metrics), Path(config.paths.reports) / "figures"
-    stats = load_stats(Path(config.paths.prepared))
-    baselines = read_json(Path(config.paths.baselines))
+    figure_dir = Path(config.paths.reports) / "figures"
+    stats = inputs["stats"]
+    baselines = inputs["baselines"]
     bigram = baselines["bigram"]["test_ppl"]
     test = stats["splits"]["test"]
     tokens_per_word = (test["tokens"] - 1) / (test["words"] + test["lines"])
-    rows = summarise(study_metrics(metrics_dir, models), variants, labels, bigram)
+    rows = summarise(inputs["metrics"], variants, labels, bigram)
     found = comparisons(rows, settings.get("compare", []), tokens_per_word)
-    curves = study_curves(metrics_dir, models)
+    curves = inputs["curves"]
     header, summary_provenance = provenance(study, models, curves)
     blocks = [
         ("title", settings["title"]),
@@ -225,7 +240,7 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
         ),
     ]
     if settings.get("inspect"):
-        blocks += heads_blocks(read_json(Path(config.paths.reports) / "heads.json"), labels)
+        blocks += heads_blocks(inputs["heads"], labels)
     print(results_table(rows, baselines, stats["vocab_size"]).to_string(index=False))
     for comparison in found:
         print(verdict(comparison))
@@ -241,10 +256,12 @@ def write_curve_table(curves: pd.DataFrame, path: Path) -> None:
     write_atomically(path, np.exp(table).rename_axis(columns=None).to_csv(float_format="%.4f"))
 
 
-def learning_rate_report(config: DictConfig, study: dict, settings: dict, models: list[dict]) -> tuple[list, dict]:
+def learning_rate_report(
+    config: DictConfig, study: dict, settings: dict, models: list[dict], inputs: dict
+) -> tuple[list, dict]:
     variants = [str(v) for v in study["variants"]]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
-    curves = study_curves(Path(config.paths.metrics), models)
+    curves = inputs["curves"]
     header, summary_provenance = provenance(study, models, curves)
     blocks, summary = learning_rate_section(
         curves,
@@ -261,7 +278,9 @@ def report(config: DictConfig) -> dict:
     study, settings = OmegaConf.to_container(config.study), OmegaConf.to_container(config.report)
     models = OmegaConf.to_container(config.models)
     build = learning_rate_report if study.get("lrs") else study_report
-    blocks, summary = build(config, study, settings, models)
+    inputs = read_inputs(config, study, settings, models)
+    tracking.check_store()  # the report is logged there once written: a store that cannot be opened stops it first
+    blocks, summary = build(config, study, settings, models, inputs)
     reports_dir = Path(config.paths.reports)
     write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_json(reports_dir / "metrics.json", headline(summary))
