@@ -32,6 +32,26 @@ def installed_commands_on_path():
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
+def default_signals() -> None:
+    """preexec_fn for a child that a test sends SIGINT or SIGTERM: the signals at their defaults.
+    A child inherits an ignored signal (pytest started as a background job of a non-interactive
+    shell runs with SIGINT ignored, `nohup` and some CI runners ignore others), and would then
+    never see the signal the test sends: the test would pass or fail by how pytest was started."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
+@contextmanager
+def default_interrupt() -> Iterator[None]:
+    """Within this block this process takes Ctrl-C as Python does by default (KeyboardInterrupt),
+    however pytest was started: Python leaves SIGINT ignored when it starts with it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def assert_refused(result, command: str, *names: str) -> str:
     """A user error as the project promises it: exit status 2, no traceback, and one line
     `headstudy COMMAND: error: ...`, the last one printed, that names every one of `names`."""
@@ -129,6 +149,7 @@ def served_mlflow(backend_uri: str, log_file: Path, *options: str) -> Iterator[s
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=default_signals,  # stopped with SIGTERM below, which it must not inherit ignored
         )
         try:
             deadline = time.monotonic() + 180

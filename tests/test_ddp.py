@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port, headstudy_environment
+from conftest import default_signals, free_port, headstudy_environment
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
@@ -45,8 +45,15 @@ def train(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     command = ["headstudy", "train", *TINY_RUN, *corpus, *extra]
     env = headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}")
     if not wait:
+        # preexec_fn: the test may send SIGTERM (a preemption), which an inherited ignore would swallow.
         return subprocess.Popen(
-            command, cwd=folder, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            command,
+            cwd=folder,
+            env=env,
+            start_new_session=True,
+            preexec_fn=default_signals,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -72,8 +79,15 @@ def torchrun(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     ]
     env = headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}")
     if not wait:
+        # preexec_fn: the test may send SIGTERM (a preemption), which an inherited ignore would swallow.
         return subprocess.Popen(
-            command, cwd=folder, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            command,
+            cwd=folder,
+            env=env,
+            start_new_session=True,
+            preexec_fn=default_signals,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 

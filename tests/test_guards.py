@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, assert_nothing_half_written, assert_refused
+from conftest import ROOT, assert_nothing_half_written, assert_refused, default_signals
 from mlflow.tracking import MlflowClient
 
 from headstudy.common.errors import ConfigError
@@ -430,6 +430,7 @@ def start_training(work: Path, seed: int) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # the test sends it SIGTERM: it must not inherit the signal ignored
     )
 
 

@@ -22,7 +22,7 @@ import mlflow
 import pytest
 import torch
 import yaml
-from conftest import ROOT, served_mlflow
+from conftest import ROOT, default_interrupt, default_signals, served_mlflow
 from tinyproject import set_threads
 
 from headstudy.analysis.statistics import paired_difference
@@ -302,6 +302,7 @@ def by_hand(folder: Path, *args: str, wait: bool = True, **env_changes: str):
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=default_signals,  # the test may interrupt it: SIGINT and SIGTERM must reach it
         )
     result = subprocess.run(["headstudy", *args], cwd=folder, env=env, capture_output=True, text=True)
     assert result.returncode in (0, 1), f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
@@ -498,10 +499,12 @@ def test_an_interrupted_training_is_marked_killed_not_failed(tracked, interrupti
 
 def test_an_interrupt_within_a_store_write_comes_after_the_write():
     done = []
-    with pytest.raises(KeyboardInterrupt):
-        with tracking.interrupts_deferred():
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the write begins
-            time.sleep(0.2)  # the write goes on: a Python handler would have run by now
-            done.append("written")
+    # Ctrl-C at its default here, however pytest was started: with SIGINT ignored there is nothing to defer.
+    with default_interrupt():
+        with pytest.raises(KeyboardInterrupt):
+            with tracking.interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the write begins
+                time.sleep(0.2)  # the write goes on: a Python handler would have run by now
+                done.append("written")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
     assert done == ["written"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -128,6 +128,9 @@ def load_config(command: str, args: list[str]):
 
         if len(args) != 2:
             raise ConfigError(f"{command} --config takes one file and no overrides, got {' '.join(args[1:]) or 'none'}")
+        from headstudy.configure import check_stage_file
+
+        check_stage_file(args[1])  # before DVC's stage does any work: the file configure would write
         return read_config(args[1])
     from headstudy.settings.compose import compose_config, read_params, stage_config
 
@@ -180,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
             print(OmegaConf.to_yaml(compose_config(rest)), end="")
         elif command in STAGES:
             config = load_config(command, rest)
+            from headstudy.bookkeeping.guards import check_stage_outputs
+
+            check_stage_outputs(command, config)
             if command == "train":
                 from headstudy.bookkeeping.jobs import outliving_checkpoints
 

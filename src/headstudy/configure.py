@@ -17,7 +17,13 @@ from headstudy.common.errors import ConfigError
 from headstudy.common.files import staged_folder
 from headstudy.formats.names import model_name, parse_variant, task_folder
 from headstudy.formats.runconfig import config_text, training_section
-from headstudy.settings.compose import PARAMS_FILE, compose_config, read_params, stage_config
+from headstudy.settings.compose import (
+    PARAMS_FILE,
+    check_variant_settings,
+    compose_config,
+    read_params,
+    stage_config,
+)
 
 CONFIGS = Path("configs")
 
@@ -55,8 +61,21 @@ def study_models(params: dict) -> list[dict]:
     clue_counts = listed(study, "clues", required=False)
     # Each variant's own settings (study.variant_overrides) are added by compose_config, for a run
     # by hand too. Settings of a variant the study leaves out are kept for when it comes back.
-    if not isinstance(study.get("variant_overrides") or {}, dict):
+    per_variant = study.get("variant_overrides") or {}
+    if not isinstance(per_variant, dict):
         raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} must map variants to lists of key=value")
+    for variant, settings in per_variant.items():
+        try:
+            parse_variant(variant)
+        except ConfigError as error:
+            raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} names no variant: {error}") from None
+        # What the study's matrix sets after a variant's settings would drop them silently.
+        if isinstance(settings, list):
+            check_variant_settings(
+                str(variant),
+                [item for item in settings if isinstance(item, str)],
+                (("optimizer.lr",) if lrs else ()) + (("data.clues", "paths.prepared") if clue_counts else ()),
+            )
     models = []
     for variant in variants:
         for lr in lrs or [None]:
@@ -84,27 +103,105 @@ def check_report(params: dict) -> dict:
         raise ConfigError(f"{PARAMS_FILE}: expected a `report:` section with a title")
     if "seed_claim" in report:  # its name until 0.2.0: refused, so that the claim is never dropped unsaid
         raise ConfigError(f"report.seed_claim in {PARAMS_FILE} is now report.chapter_claim: rename it")
-    for pair in report.get("compare") or []:
-        # A pair naming a variant outside the study is allowed: the report says it is left out.
+    variants = [str(variant) for variant in params["study"]["variants"]]
+    compare = report.get("compare") or []
+    if not isinstance(compare, list):
+        raise ConfigError(f"report.compare in {PARAMS_FILE}: expected a list of pairs [A, B], got {compare!r}")
+    for pair in compare:
         if not isinstance(pair, list) or len(pair) != 2:
             raise ConfigError(f"report.compare in {PARAMS_FILE}: expected pairs [A, B], got {pair!r}")
+        # The report could only leave such a pair out.
+        missing = [str(variant) for variant in pair if str(variant) not in variants]
+        if missing:
+            raise ConfigError(
+                f"report.compare in {PARAMS_FILE} pairs {pair!r}, but study.variants ({', '.join(variants)}) "
+                f"has no {' and no '.join(missing)}: add it to study.variants or remove the pair"
+            )
     return report
+
+
+def check_waiting_variants(params: dict, models: list[dict]) -> None:
+    """A variant with settings in study.variant_overrides that the study leaves out is composed
+    as it would train, so that a missing conf/variants file or a bad setting shows now, as it
+    would for study.variants, not when the variant comes back."""
+    study = params["study"]
+    in_study = {model["variant"] for model in models}
+    for variant in map(str, study.get("variant_overrides") or {}):
+        if variant not in in_study:
+            try:
+                compose_config([f"variant={variant}", f"seed={models[0]['seed']}"], params)
+            except ConfigError as error:
+                raise ConfigError(f"study.variant_overrides.{variant} in {PARAMS_FILE}: {error}") from None
+
+
+def training_file(model: dict, params: dict, overrides: list[str] = ()) -> DictConfig:
+    config = compose_config([*model["overrides"], *overrides], params)
+    config.name = model["name"]
+    return stage_config("train", config)
+
+
+def task_file(clues: int, params: dict, overrides: list[str] = ()) -> DictConfig:
+    return stage_config("prepare", compose_config([*overrides, *task_overrides(clues)], params))
+
+
+def expected_file(relative: str, params: dict) -> DictConfig | None:
+    """The config that configure writes to configs/RELATIVE for this study (None: it writes no
+    such file), composing no more than that file needs: a training's stage reads one model."""
+    if relative.startswith("train/"):
+        models = {f"train/{model['name']}.yaml": model for model in study_models(params)}
+        return training_file(models[relative], params) if relative in models else None
+    if relative.startswith("prepare/k") and relative.removeprefix("prepare/k").removesuffix(".yaml").isdigit():
+        clues = int(relative.removeprefix("prepare/k").removesuffix(".yaml"))
+        return task_file(clues, params) if clues in (params["study"].get("clues") or []) else None
+    if relative in ("prepare.yaml", "baselines.yaml"):
+        study_models(params)
+        return stage_config(relative.removesuffix(".yaml"), compose_config([], params))
+    if relative == "report.yaml":
+        models = study_models(params)
+        return report_file(params, models, check_report(params), compose_config([], params))
+    return resolve(params).get(relative)
+
+
+def check_stage_file(path: Path) -> None:
+    """A stage's file in this study's configs/ must be exactly what configure writes from
+    params.yaml and conf/ now: a file truncated, edited by hand, or left from another params.yaml
+    would otherwise run (or fail deep inside) with settings that no params.yaml says. A file
+    outside configs/ (written by hand for a run by hand) is not checked."""
+    path = Path(path)
+    try:
+        relative = path.absolute().relative_to(CONFIGS.absolute()).as_posix()
+    except ValueError:
+        return
+    if not PARAMS_FILE.is_file():
+        return
+    remedy = "run `dvc repro configure` to write it again, and edit params.yaml or conf/, never this file"
+    expected = expected_file(relative, read_params(required=True))
+    if expected is None:
+        raise ConfigError(f"{path} is no file that `headstudy configure` writes for this {PARAMS_FILE}: {remedy}")
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: {remedy}")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} cannot be read ({error}): {remedy}") from None
+    if text != config_text(expected):
+        raise ConfigError(
+            f"{path} differs from what `headstudy configure` writes from {PARAMS_FILE} and conf/ (truncated, "
+            f"edited, not YAML, or {PARAMS_FILE} changed since): {remedy}"
+        )
 
 
 def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     """Every stage's config file, by its path under configs/."""
     models = study_models(params)
     report = check_report(params)
+    check_waiting_variants(params, models)
     files: dict[str, DictConfig] = {}
     for model in models:
-        config = compose_config([*model["overrides"], *overrides], params)
-        config.name = model["name"]
-        files[f"train/{model['name']}.yaml"] = stage_config("train", config)
+        files[f"train/{model['name']}.yaml"] = training_file(model, params, overrides)
     shared = compose_config(list(overrides), params)
     for clues in dict.fromkeys(model["clues"] for model in models if model["clues"] is not None):
-        files[f"prepare/k{clues}.yaml"] = stage_config(
-            "prepare", compose_config([*overrides, *task_overrides(clues)], params)
-        )
+        files[f"prepare/k{clues}.yaml"] = task_file(clues, params, overrides)
     files["prepare.yaml"] = stage_config("prepare", shared)
     files["baselines.yaml"] = stage_config("baselines", shared)
     inspect = stage_config("inspect", shared)
@@ -112,12 +209,16 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
         {"name": model["name"], "training": training_section(files[f"train/{model['name']}.yaml"])} for model in models
     ]  # in study order
     files["inspect.yaml"] = inspect
+    files["report.yaml"] = report_file(params, models, report, shared)
+    return files
+
+
+def report_file(params: dict, models: list[dict], report: dict, shared: DictConfig) -> DictConfig:
     summary = stage_config("report", shared)
     summary.study = OmegaConf.create(params["study"])
     summary.report = OmegaConf.create(report)
     summary.models = [{key: model[key] for key in ("name", "variant", "seed", "lr", "clues")} for model in models]
-    files["report.yaml"] = summary
-    return files
+    return summary
 
 
 def configure(folder: Path = CONFIGS) -> None:

@@ -19,10 +19,11 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis import report_figures
-from headstudy.analysis.budget import budget_section
+from headstudy.analysis.budget import budget_section, evidence_curves
 from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
 from headstudy.analysis.headline import report_metrics
 from headstudy.analysis.heads import heads_blocks
+from headstudy.analysis.inputs import read_curve, read_json
 from headstudy.analysis.learning_rates import learning_rate_section
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
@@ -30,14 +31,8 @@ from headstudy.analysis.sweep import sweep_section
 from headstudy.analysis.wording import interval, label
 from headstudy.bookkeeping import guards, tracking
 from headstudy.common.errors import ConfigError
-from headstudy.common.files import read_json, write_atomically, write_json
+from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import load_stats
-
-
-def read_curve(path: Path) -> pd.DataFrame:
-    if not Path(path).is_file():
-        raise ConfigError(f"{path} not found: run `dvc repro` to produce it")
-    return pd.read_csv(path)
 
 
 def study_metrics(metrics: Path, models: list[dict]) -> pd.DataFrame:
@@ -140,18 +135,52 @@ def results_table(rows: list[dict], baselines: dict, vocab: int) -> pd.DataFrame
     return table
 
 
-def study_report(config: DictConfig, study: dict, settings: dict, models: list[dict]) -> tuple[list, dict]:
+def heads_input(path: Path, reports_dir: Path) -> dict:
+    """inspect's heads.json, whose figures the report shows: they must lie in this report's
+    folder, as inspect writes them for the same paths.reports, or the report would link elsewhere."""
+    heads = read_json(path)
+    figures_named = [*heads.get("figures", {}).get("attention_maps", []), heads.get("figures", {}).get("head_scores")]
+    for figure in figures_named:
+        inside = isinstance(figure, str) and reports_dir.resolve() in Path(figure).resolve().parents
+        if not inside or not Path(figure).is_file():
+            raise ConfigError(
+                f"{path} names the figure {figure!r}, which is no file under paths.reports={reports_dir}: "
+                "run `headstudy inspect` with the same paths.reports (under DVC: `dvc repro inspect`)"
+            )
+    return heads
+
+
+def read_inputs(config: DictConfig, study: dict, settings: dict, models: list[dict]) -> dict:
+    """Every file the report reads, read and checked before it writes anything: a missing or
+    broken input is refused while the previous report is still whole."""
+    metrics_dir, reports_dir = Path(config.paths.metrics), Path(config.paths.reports)
+    inputs = {"curves": study_curves(metrics_dir, models)}
+    if study.get("lrs"):
+        return inputs
+    inputs["stats"] = load_stats(Path(config.paths.prepared))
+    inputs["baselines"] = read_json(Path(config.paths.baselines))
+    inputs["metrics"] = study_metrics(metrics_dir, models)
+    if settings.get("inspect"):
+        inputs["heads"] = heads_input(reports_dir / "heads.json", reports_dir)
+    if settings.get("budget"):
+        evidence_curves(Path(settings["budget"]["evidence"]))
+    return inputs
+
+
+def study_report(
+    config: DictConfig, study: dict, settings: dict, models: list[dict], inputs: dict
+) -> tuple[list, dict]:
     variants = [str(v) for v in study["variants"]]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
-    metrics_dir, figure_dir = Path(config.paths.metrics), Path(config.paths.reports) / "figures"
-    stats = load_stats(Path(config.paths.prepared))
-    baselines = read_json(Path(config.paths.baselines))
+    figure_dir = Path(config.paths.reports) / "figures"
+    stats = inputs["stats"]
+    baselines = inputs["baselines"]
     bigram = baselines["bigram"]["test_ppl"]
     test = stats["splits"]["test"]
     tokens_per_word = (test["tokens"] - 1) / (test["words"] + test["lines"])
-    rows = perplexity_by_variant(study_metrics(metrics_dir, models), variants, labels, bigram)
+    rows = perplexity_by_variant(inputs["metrics"], variants, labels, bigram)
     found = comparisons(rows, settings.get("compare", []), tokens_per_word)
-    curves = study_curves(metrics_dir, models)
+    curves = inputs["curves"]
     header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks = [
         ("title", settings["title"]),
@@ -211,7 +240,7 @@ def study_report(config: DictConfig, study: dict, settings: dict, models: list[d
         ),
     ]
     if settings.get("inspect"):
-        blocks += heads_blocks(read_json(Path(config.paths.reports) / "heads.json"), labels)
+        blocks += heads_blocks(inputs["heads"], labels)
     print(results_table(rows, baselines, stats["vocab_size"]).to_string(index=False))
     for comparison in found:
         print(verdict(comparison))
@@ -227,10 +256,12 @@ def write_curve_table(curves: pd.DataFrame, path: Path) -> None:
     write_atomically(path, np.exp(table).rename_axis(columns=None).to_csv(float_format="%.4f"))
 
 
-def learning_rate_report(config: DictConfig, study: dict, settings: dict, models: list[dict]) -> tuple[list, dict]:
+def learning_rate_report(
+    config: DictConfig, study: dict, settings: dict, models: list[dict], inputs: dict
+) -> tuple[list, dict]:
     variants = [str(v) for v in study["variants"]]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
-    curves = study_curves(Path(config.paths.metrics), models)
+    curves = inputs["curves"]
     header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks, summary = learning_rate_section(
         curves,
@@ -247,7 +278,9 @@ def report(config: DictConfig) -> dict:
     study, settings = OmegaConf.to_container(config.study), OmegaConf.to_container(config.report)
     models = OmegaConf.to_container(config.models)
     build = learning_rate_report if study.get("lrs") else study_report
-    blocks, summary = build(config, study, settings, models)
+    inputs = read_inputs(config, study, settings, models)
+    tracking.check_store()  # the report is logged there once written: a store that cannot be opened stops it first
+    blocks, summary = build(config, study, settings, models, inputs)
     reports_dir = Path(config.paths.reports)
     write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_json(reports_dir / "metrics.json", report_metrics(summary))

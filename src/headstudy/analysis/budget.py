@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from headstudy.analysis import report_figures
+from headstudy.analysis.inputs import read_curve
 from headstudy.analysis.wording import label
 from headstudy.common.errors import ConfigError
 
@@ -89,18 +90,23 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
     return blocks + evidence_blocks, result
 
 
-def budget_evidence(evidence_dir: Path, tokens: int, settings: dict, figure_dir: Path) -> tuple[list, dict]:
-    """The long runs behind the budget, shown only when they were validated at exactly this
-    study's budget: otherwise their gap at "this budget" would be borrowed from another one."""
-    runs = sorted(evidence_dir.glob("h*-s*.csv"))
+def evidence_curves(evidence_dir: Path) -> dict[Path, pd.DataFrame]:
+    """The curves of the two long runs behind the budget, each checked by the report's reader."""
+    runs = sorted(Path(evidence_dir).glob("h*-s*.csv"))
     if len(runs) != 2:
         raise ConfigError(
             f"report.budget.evidence={evidence_dir}: expected the curves of two long runs "
             f"(hA-sS.csv and hB-sS.csv), found {len(runs)}"
         )
+    return {path: read_curve(path) for path in runs}
+
+
+def budget_evidence(evidence_dir: Path, tokens: int, settings: dict, figure_dir: Path) -> tuple[list, dict]:
+    """The long runs behind the budget, shown only when they were validated at exactly this
+    study's budget: otherwise their gap at "this budget" would be borrowed from another one."""
     evidence = {
-        "{}, seed {}".format(label(variant, settings.get("labels", {})), seed): pd.read_csv(p)
-        for p in runs
+        "{}, seed {}".format(label(variant, settings.get("labels", {})), seed): curve
+        for p, curve in evidence_curves(evidence_dir).items()
         for variant, seed in [p.stem[1:].rsplit("-s", 1)]
     }
     (name_a, curve_a), (name_b, curve_b) = evidence.items()

@@ -50,7 +50,7 @@ def refuse_pipeline_outputs(config: DictConfig, *keys: str) -> None:
         )
 
 
-def check_writable(*folders: Path) -> None:
+def check_writable(*folders: Path, before: str = "training, which would fail only at its end") -> None:
     """Each folder, or the nearest one above it that exists, takes a file. Nothing is left behind:
     a command refused later for another reason has made no folder."""
     for folder in map(Path, folders):
@@ -61,8 +61,31 @@ def check_writable(*folders: Path) -> None:
         except OSError as error:
             raise ConfigError(
                 f"{folder} cannot be written ({error.strerror or error}): free it or point "
-                "paths.* elsewhere before training, which would fail only at its end"
+                f"paths.* elsewhere before {before}"
             ) from None
+
+
+def stage_output_folders(command: str, config: DictConfig) -> list[Path]:
+    """The folders a stage writes into. A folder that is replaced whole (the prepared data) is
+    written beside it and emptied, so it and the folder that holds it must both take files."""
+    paths = config.get("paths") or {}
+    if command == "prepare":
+        prepared = Path(paths.prepared)
+        return [prepared, prepared.parent]
+    if command == "baselines":
+        return [Path(paths.baselines).parent]
+    if command in ("evaluate", "score"):
+        return [Path(paths.metrics)]
+    if command in ("inspect", "report"):
+        reports = Path(paths.reports)
+        return [reports, reports / "figures"] + ([reports / "figures" / "heads"] if command == "inspect" else [])
+    return []
+
+
+def check_stage_outputs(command: str, config: DictConfig) -> None:
+    """Before a stage does any work, as train checks its own: a folder that cannot be written
+    would otherwise fail with a traceback once the work is done."""
+    check_writable(*stage_output_folders(command, config), before=f"{command} does its work")
 
 
 @contextmanager

@@ -98,13 +98,35 @@ def variant_settings(params: dict, overrides: list[str]) -> list[str]:
     study trains."""
     chosen = [value for key, _, value in (o.partition("=") for o in overrides) if key == "variant"]
     study = params.get("study") if isinstance(params.get("study"), dict) else {}
-    per_variant = {str(key): value for key, value in (study.get("variant_overrides") or {}).items()}
+    per_variant = study.get("variant_overrides") or {}
+    per_variant = {str(key): value for key, value in per_variant.items()} if isinstance(per_variant, dict) else {}
     settings = per_variant.get(chosen[-1], []) if chosen else []
     if not isinstance(settings, list) or not all(isinstance(item, str) and "=" in item for item in settings):
         raise ConfigError(
             f"study.variant_overrides.{chosen[-1]} in {PARAMS_FILE} must be a list of key=value, got {settings!r}"
         )
+    check_variant_settings(chosen[-1] if chosen else "", settings)
     return settings
+
+
+# Keys that a variant's own settings may not set: the variant and the study's matrix choose them.
+# A study's configure sets them after the variant's settings, so there they would be dropped,
+# while a run by hand would take them: the two would train different models.
+CHOSEN_BY_THE_STUDY = ("variant", "seed", "model.n_heads", "variants")
+
+
+def check_variant_settings(variant: str, settings: list[str], also: tuple[str, ...] = ()) -> None:
+    """Refuse study.variant_overrides.VARIANT settings of keys the variant or the study sets itself."""
+    keys = [item.partition("=")[0].lstrip("+~") for item in settings]
+    clashes = [key for key in keys if key in (*CHOSEN_BY_THE_STUDY, *also)]
+    if clashes:
+        chooser = "the variant itself" if set(clashes) & {"variant", "model.n_heads", "variants"} else "the study"
+        raise ConfigError(
+            f"study.variant_overrides.{variant} in {PARAMS_FILE} sets {', '.join(clashes)}, which {chooser} chooses"
+            + " (study.variants, study.seeds"
+            + (", study.lrs, study.clues" if also else "")
+            + "): remove it there"
+        )
 
 
 def variant_overrides(overrides: list[str]) -> list[str]:
@@ -137,6 +159,12 @@ def compose_config(overrides: list[str], params: dict | None = None) -> DictConf
         raise ConfigError(hints or f"conf/ with overrides {list(overrides)}: {first_line(error)}") from None
     OmegaConf.set_struct(config, False)  # composed and checked: plain settings from here on
     if config.variant is None:
+        heads = config.model.n_heads
+        if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+            raise ConfigError(
+                f"model.n_heads must be an integer >= 1 (the number of heads), got {heads!r}; or choose "
+                "variant=H or variant=H-NAME for H heads plus conf/variants/NAME.yaml"
+            )
         config.variant = str(config.model.n_heads)
     config.variant = str(config.variant)
     validate(config)
@@ -262,10 +290,14 @@ def validate(config: DictConfig) -> None:
             problems.append(f"optimizer.{key} must be a finite number >= 0, got {optimizer[key]!r}")
     if not is_number(optimizer.warmup_fraction) or not 0 <= optimizer.warmup_fraction < 1:
         problems.append(f"optimizer.warmup_fraction must be a number in [0, 1), got {optimizer.warmup_fraction!r}")
-    if "valid_fraction" in config.data:
-        fraction = config.data.valid_fraction
-        if not is_number(fraction) or not 0 < fraction < 0.5:
-            problems.append(f"data.valid_fraction must be a number in (0, 0.5), got {fraction!r}")
+    for key in ("valid_fraction", "test_fraction"):
+        if key in config.data:
+            fraction = config.data[key]
+            if not is_number(fraction) or not 0 < fraction < 0.5:
+                problems.append(f"data.{key} must be a number in (0, 0.5), got {fraction!r}")
+    problems += device_problems(config.trainer)
+    if config.data.get("corpus") == "multiclue":
+        problems += task_problems(config)
     problems += model_config(config).problems()
     heads, _ = parse_variant(config.variant)
     if heads != config.model.n_heads:
@@ -279,6 +311,53 @@ def validate(config: DictConfig) -> None:
         )
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def device_problems(trainer: DictConfig) -> list[str]:
+    """trainer.devices as Lightning takes it: a count (-1: all), `auto`, or device indices (a
+    list, or a string such as "0,1"); anything else would end in Lightning's TypeError."""
+    devices = trainer.get("devices")
+    if OmegaConf.is_list(devices):
+        good = len(devices) > 0 and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices)
+    elif isinstance(devices, bool):
+        good = False
+    elif isinstance(devices, int):
+        good = devices >= 1 or devices == -1
+    elif isinstance(devices, str):
+        parts = [part.strip() for part in devices.split(",")]
+        good = devices == "auto" or devices.strip() == "-1" or all(part.isdigit() for part in parts)
+    else:
+        good = False
+    problems = (
+        []
+        if good
+        else [
+            f"trainer.devices must be a number of devices (1, 2, ...; -1 for all), auto, or a list of "
+            f"device indices, got {OmegaConf.to_container(devices) if OmegaConf.is_list(devices) else devices!r}"
+        ]
+    )
+    nodes = trainer.get("num_nodes")
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        problems.append(f"trainer.num_nodes must be an integer >= 1, got {nodes!r}")
+    return problems
+
+
+def task_problems(config: DictConfig) -> list[str]:
+    """The generated multi-clue task's own checks (tasks/multiclue.py, which prepare applies too),
+    and a segment that fits in one context window."""
+    from headstudy.tasks.multiclue import MultiClue
+
+    try:
+        MultiClue.from_settings(config.data)
+    except ConfigError as error:
+        return [str(error)]
+    longest, context = config.data.segment_max, config.model.context
+    if isinstance(context, int) and longest >= context:
+        return [
+            f"data.segment_max={longest} must be below model.context={context}: a query and its clues "
+            "must fit in one context window"
+        ]
+    return []
 
 
 # What each stage reads of the composed config. The configure stage writes exactly this to the

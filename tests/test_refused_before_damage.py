@@ -1,0 +1,263 @@
+"""Bad input is refused before anything is written, in one line that names the key or file:
+checked through the real command line (`headstudy.cli.main`, in this process), each case in a
+scratch copy of the project's conf/ with a small params.yaml."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from headstudy.cli import main
+
+SMALL = {
+    "study": {"variants": [1, 4], "seeds": [0]},
+    "model": {"preset": "tiny"},
+    "trainer": {"max_steps": 20, "val_every_steps": 10},
+    "threads": 1,
+    "report": {"title": "t", "compare": [[1, 4]]},
+}
+
+
+def project(folder: Path, params: dict, conf: Path = ROOT / "conf") -> Path:
+    """A study folder: conf/ and params.yaml, nothing else."""
+    shutil.copytree(conf, folder / "conf")
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    return folder
+
+
+def files_in(folder: Path) -> dict[str, bytes]:
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def refused(capsys, *args: str) -> str:
+    """The one line a refusal prints; exit status 2, no traceback."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        main(list(args))
+    assert stopped.value.code == 2
+    errors = capsys.readouterr().err
+    assert "Traceback" not in errors, errors
+    [line] = errors.strip().splitlines()
+    assert line.startswith(f"headstudy {args[0]}: error: "), line
+    return line
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    """Make a study folder with these params and run in it; its files before any command."""
+    monkeypatch.delenv("HEADSTUDY_CONF", raising=False)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+
+    def make(params: dict, conf: Path = ROOT / "conf") -> dict[str, bytes]:
+        project(tmp_path, params, conf)
+        monkeypatch.chdir(tmp_path)
+        return files_in(tmp_path)
+
+    return make
+
+
+def with_study(**changes) -> dict:
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params["study"].update(changes)
+    return params
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        ({"x": ["optimizer.lr=0.01"]}, ["study.variant_overrides", "variant=x"]),
+        ({"4-nope": ["optimizer.lr=0.01"]}, ["study.variant_overrides.4-nope", "conf/variants/ has no option 'nope'"]),
+        ({"4": ["model.n_heads=1"]}, ["study.variant_overrides.4", "model.n_heads", "the variant itself chooses"]),
+        ({"4": ["seed=5"]}, ["study.variant_overrides.4", "seed", "the study chooses"]),
+        ({"8": ["seed=5"]}, ["study.variant_overrides.8", "seed"]),  # a variant the study leaves out
+    ],
+)
+def test_configure_refuses_variant_overrides_it_would_drop_or_that_name_no_variant(study, capsys, overrides, named):
+    before = study(with_study(variant_overrides=overrides))
+    line = refused(capsys, "configure")
+    for name in named:
+        assert name in line, line
+    assert files_in(Path.cwd()) == before  # no configs/ written
+
+
+def test_a_run_by_hand_refuses_the_variant_override_that_configure_refuses(study, capsys):
+    study(with_study(variant_overrides={"4": ["seed=5"]}))
+    assert "study.variant_overrides.4 in params.yaml sets seed" in refused(capsys, "config", "variant=4")
+
+
+def test_configure_refuses_a_compare_pair_naming_a_variant_outside_the_study(study, capsys):
+    params = with_study()
+    params["report"]["compare"] = [[1, 4], [1, 8]]
+    before = study(params)
+    line = refused(capsys, "configure")
+    assert "report.compare" in line and "[1, 8]" in line and "has no 8" in line
+    assert files_in(Path.cwd()) == before
+
+
+SPOTLIGHT = yaml.safe_load((ROOT / "studies/spotlight/params.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "data, named",
+    [
+        ({"values": 1}, "data.values must be an integer in [2, 10], got 1"),
+        ({"segment_max": 2}, "data.segment_max must be an integer in [4, inf], got 2"),
+        ({"clue_types": 0}, "data.clue_types must be an integer in [1, 8], got 0"),
+        ({"segment_max": 40}, "data.segment_max=40 must be below model.context=32"),
+    ],
+)
+def test_configure_refuses_task_settings_that_prepare_or_the_context_would_refuse(study, capsys, data, named):
+    params = yaml.safe_load(yaml.safe_dump(SPOTLIGHT))
+    params["data"].update(data)
+    before = study(params)
+    assert named in refused(capsys, "configure")
+    assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("data.test_fraction=abc", "data.test_fraction must be a number in (0, 0.5), got 'abc'"),
+        ("data.test_fraction=nan", "data.test_fraction must be a number in (0, 0.5), got nan"),
+        ("trainer.devices=abc", "trainer.devices must be a number of devices"),
+        ("trainer.devices=0", "trainer.devices must be a number of devices"),
+    ],
+)
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_bad_fractions_and_devices_are_one_line_naming_the_key(study, capsys, tmp_path, command, override, named):
+    before = study(SMALL)
+    hand = [f"paths.{key}={tmp_path / 'hand' / key}" for key in ("models", "metrics", "checkpoints", "prepared")]
+    line = refused(capsys, command, "data=textdir", override, *hand)
+    assert named in line, line
+    assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize("heads", ["0", "-4", "abc"])
+def test_a_head_count_that_is_none_names_model_n_heads_and_conf_variants(study, capsys, heads):
+    study(SMALL)
+    line = refused(capsys, "config", f"model.n_heads={heads}")
+    got = repr(heads) if heads == "abc" else heads
+    assert f"model.n_heads must be an integer >= 1 (the number of heads), got {got}" in line
+    assert "conf/variants/NAME.yaml" in line
+
+
+def test_a_variant_that_is_no_variant_names_the_folder_conf_variants(study, capsys):
+    study(SMALL)
+    line = refused(capsys, "config", "variant=0")
+    assert "conf/variants/NAME.yaml" in line and "conf/variant/" not in line
+
+
+def truncate(path: Path) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: len(lines) // 2]))
+
+
+def not_yaml(path: Path) -> None:
+    path.write_text(path.read_text() + "model: [\n")
+
+
+def edited(path: Path) -> None:
+    path.write_text(path.read_text().replace("max_steps: 20", "max_steps: 30"))
+
+
+@pytest.mark.parametrize("damage", [truncate, not_yaml, Path.unlink, edited])
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_a_stage_refuses_its_config_file_unless_configure_wrote_it_as_it_is(study, capsys, damage, command):
+    study(SMALL)
+    main(["configure"])
+    config = Path("configs/train/h4-s0.yaml")
+    damage(config)
+    before = files_in(Path.cwd())
+    line = refused(capsys, command, "--config", str(config))
+    assert str(config) in line and "`dvc repro configure`" in line, line
+    assert files_in(Path.cwd()) == before
+
+
+def test_a_stage_reads_its_config_file_as_configure_wrote_it(study, capsys):
+    study(SMALL)
+    main(["configure"])
+    from headstudy.cli import load_config
+
+    assert load_config("train", ["--config", "configs/train/h4-s0.yaml"]).model.n_heads == 4
+    assert load_config("report", ["--config", "configs/report.yaml"]).report.title == "t"
+
+
+def test_prepare_and_evaluate_refuse_an_output_folder_that_cannot_be_written(study, capsys, monkeypatch):
+    study(SMALL)
+    main(["configure"])
+    # As root a read-only folder takes files anyway: the folder is a file, which takes none.
+    Path("blocked").write_text("")
+    before = files_in(Path.cwd())
+    line = refused(capsys, "prepare", "data=textdir", "paths.prepared=blocked/prepared")
+    assert "blocked/prepared cannot be written" in line and "before prepare does its work" in line
+    line = refused(capsys, "evaluate", "model=tiny", "paths.metrics=blocked/metrics", "paths.models=elsewhere")
+    assert "blocked/metrics cannot be written" in line
+    assert files_in(Path.cwd()) == before
+
+
+REPORT_INPUTS = ["metrics", "studies/budget/metrics/curves", "reports/heads.json", "reports/figures/heads"]
+
+
+@pytest.fixture
+def report_inputs(study, tmp_path):
+    """The committed default study's report inputs in a study folder, the report to go to out/;
+    the prepared data's stats written as prepare writes them for the Penn Treebank."""
+    study(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    for item in REPORT_INPUTS:
+        source = ROOT / item
+        (tmp_path / item).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / item)
+    prepared = tmp_path / "data/prepared"
+    prepared.mkdir(parents=True)
+    stats = {"corpus": "ptb", "vocab_size": 1024, "splits": {"test": {"tokens": 100001, "words": 82430, "lines": 3761}}}
+    (prepared / "stats.json").write_text(json.dumps(stats))
+    out = tmp_path / "out"
+    shutil.copytree(tmp_path / "reports", out)
+    heads = (out / "heads.json").read_text().replace('"reports/figures/heads/', f'"{out}/figures/heads/')
+    (out / "heads.json").write_text(heads)
+    return out
+
+
+def test_a_report_by_hand_with_an_input_missing_writes_nothing(report_inputs, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (report_inputs / "heads.json").unlink()  # inspect's, read last of all by the report
+    before = files_in(tmp_path)
+    line = refused(capsys, "report", f"paths.reports={report_inputs}")
+    assert "out/heads.json not found" in line
+    assert files_in(tmp_path) == before
+
+
+def test_the_report_refuses_a_nan_in_a_validation_curve(report_inputs, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    curve = Path("metrics/curves/h1-s0.csv")
+    lines = curve.read_text().splitlines()
+    lines[2] = lines[2].rsplit(",", 1)[0] + ",nan"
+    curve.write_text("\n".join(lines) + "\n")
+    before = files_in(tmp_path)
+    line = refused(capsys, "report", f"paths.reports={report_inputs}")
+    assert "metrics/curves/h1-s0.csv: column val_ppl holds line 3: nan" in line
+    assert files_in(tmp_path) == before
+
+
+def test_the_report_opens_the_store_before_it_writes(report_inputs, capsys, monkeypatch, tmp_path):
+    (tmp_path / "broken.db").write_text("no database")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'broken.db'}")
+    before = files_in(report_inputs)
+    assert "cannot open the MLflow store" in refused(capsys, "report", f"paths.reports={report_inputs}")
+    assert files_in(report_inputs) == before  # (the store's lock file beside it is the store's)
+
+
+def test_a_report_outside_the_project_refuses_figures_that_are_not_in_it(report_inputs, capsys, monkeypatch, tmp_path):
+    """heads.json as the pipeline wrote it names reports/figures/heads/...: not this folder's."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    shutil.copytree(ROOT / "reports", elsewhere, ignore=shutil.ignore_patterns("results.*", "*.csv"))
+    before = files_in(elsewhere)
+    line = refused(capsys, "report", f"paths.reports={elsewhere}")
+    assert "heads.json names the figure 'reports/figures/heads/" in line and "`headstudy inspect`" in line
+    assert files_in(elsewhere) == before
