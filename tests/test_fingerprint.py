@@ -42,12 +42,9 @@ def test_a_docstring_a_comment_and_a_reformat_of_the_model_code_leave_every_trai
     path = reproduced / MODEL_CODE
     original = path.read_text()
     assert '"""A GPT-style decoder' in original and "init_std: float = 0.02" in original
-    edited = (
-        "# A comment the code does not see.\n"
-        + original.replace('"""A GPT-style decoder', '"""Reworded: a GPT-style decoder', 1)
-        .replace("init_std: float = 0.02", "init_std: float = (0.02)  # why: GPT-2's init")
-        .replace("\n\n\n", "\n\n\n\n")
-    )
+    edited = "# A comment the code does not see.\n" + original.replace(
+        '"""A GPT-style decoder', '"""Reworded: a GPT-style decoder', 1
+    ).replace("init_std: float = 0.02", "init_std: float = (0.02)  # why: GPT-2's init").replace("\n\n\n", "\n\n\n\n")
     path.write_text(edited)
     try:
         assert not {stage for stage in stale_stages(reproduced) if stage.startswith("train")}
@@ -80,7 +77,8 @@ REFERENCE_KERNELS = ("2.13.0+cpu", "AVX512")
 @pytest.mark.skipif(
     (torch.__version__, torch.backends.cpu.get_cpu_capability()) != REFERENCE_KERNELS,
     reason=f"the golden weights are those of PyTorch {REFERENCE_KERNELS[0]} on {REFERENCE_KERNELS[1]} kernels; "
-    f"this machine has {torch.__version__} on {torch.backends.cpu.get_cpu_capability()}, whose sums differ in the last bits",
+    f"this machine has {torch.__version__} on {torch.backends.cpu.get_cpu_capability()}, "
+    "whose sums differ in the last bits",
 )
 @pytest.mark.parametrize("variant", sorted(GOLDEN_WEIGHTS))
 def test_a_short_training_gives_the_golden_weights(variant, tmp_path):
@@ -94,8 +92,9 @@ def test_a_short_training_gives_the_golden_weights(variant, tmp_path):
     env = {**environment(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     subprocess.run(["headstudy", "prepare", *data], cwd=ROOT, check=True, capture_output=True, env=env)
     training = [f"variant={variant}", "model=tiny", "trainer.max_steps=40", "trainer.val_every_steps=20", "threads=1"]
-    result = subprocess.run(["headstudy", "train", *data, *training, *folders], cwd=ROOT, capture_output=True,
-                            text=True, env=env)
+    result = subprocess.run(
+        ["headstudy", "train", *data, *training, *folders], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((tmp_path / "models" / f"h{variant}-s0" / "run.json").read_text())
     assert record["weights_sha256"] == GOLDEN_WEIGHTS[variant]

@@ -43,12 +43,17 @@ def main(argv: list[str]) -> int:
     targets = [name for name in committed["stages"] if any(fnmatch.fnmatch(name, glob) for glob in args.commit)]
     missing_proofs = [stage for stage in args.proof if stage not in targets]
     if not targets or missing_proofs:
-        print(f"commit_refactor: error: --proof {missing_proofs} not among the stages to commit {targets}", file=sys.stderr)
+        print(
+            f"commit_refactor: error: --proof {missing_proofs} not among the stages to commit {targets}",
+            file=sys.stderr,
+        )
         return 1
     for stage in args.proof:
         absent = [path for path in outs_of(committed, stage) if not (args.dvc_file.parent / path).exists()]
         if absent:
-            print(f"commit_refactor: error: proof stage {stage} has no {absent} here: retrain it first", file=sys.stderr)
+            print(
+                f"commit_refactor: error: proof stage {stage} has no {absent} here: retrain it first", file=sys.stderr
+            )
             return 1
     before_text = lock_path.read_text()
     with Repo(".") as repo:
@@ -63,8 +68,11 @@ def main(argv: list[str]) -> int:
     }
     if changed:
         lock_path.write_text(before_text)
-        print(f"commit_refactor: error: outputs differ from the committed lock: {sorted(changed)}; {lock_path} is "
-              "restored. This change is no refactor: retrain the study (dvc repro)", file=sys.stderr)
+        print(
+            f"commit_refactor: error: outputs differ from the committed lock: {sorted(changed)}; {lock_path} is "
+            "restored. This change is no refactor: retrain the study (dvc repro)",
+            file=sys.stderr,
+        )
         return 1
     print(f"Proof: {len(args.proof)} stages retrained on this code, outputs identical to the committed {lock_path}:")
     for stage in args.proof:

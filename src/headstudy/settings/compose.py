@@ -282,9 +282,8 @@ def validate(config: DictConfig) -> None:
         problems.append(f"optimizer.weight_decay must be a finite number >= 0, got {optimizer.weight_decay!r}")
     betas = optimizer.betas
     if not (OmegaConf.is_list(betas) and len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)):
-        problems.append(
-            f"optimizer.betas must be two numbers in [0, 1), got {OmegaConf.to_container(betas) if OmegaConf.is_list(betas) else betas!r}"
-        )
+        shown = OmegaConf.to_container(betas) if OmegaConf.is_list(betas) else betas
+        problems.append(f"optimizer.betas must be two numbers in [0, 1), got {shown!r}")
     for key in ("start_factor", "final_factor"):
         if not is_number(optimizer[key]) or optimizer[key] < 0:
             problems.append(f"optimizer.{key} must be a finite number >= 0, got {optimizer[key]!r}")
