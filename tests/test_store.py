@@ -40,6 +40,15 @@ tracking.check_store()
 """
 
 
+# Logs the prepared data as the dataset of the run named on the command line, as a training does.
+LOGS_THE_DATASET = """
+import sys
+from pathlib import Path
+from headstudy.bookkeeping import tracking
+tracking.log_dataset(sys.argv[1], Path(sys.argv[2]), "corpus-prepared", "0" * 64)
+"""
+
+
 def headstudy(cwd: Path, *args: str, timeout: float = 120, **env_changes: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "MLFLOW_TRACKING_URI")}
     env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), **env_changes})
@@ -92,6 +101,35 @@ def test_a_command_killed_while_it_migrates_a_new_store_leaves_the_next_command_
         "mlflow.db",
         "mlflow.db.lock",
     ]  # and no staged copy left beside it
+
+
+def test_a_dataset_another_process_logs_between_mlflows_lookup_and_insert_is_the_inputs_of_both(
+    store, small_corpus, monkeypatch
+):
+    """The race of trainings that start together on a new store, made certain: another process
+    logs the same dataset after MLflow has looked for its row and before it inserts one."""
+    from sqlalchemy.orm import Session
+
+    prepared = Path(next(item for item in small_corpus if item.startswith("paths.prepared=")).split("=", 1)[1])
+    mlflow_client = tracking.client()
+    experiment = tracking.experiment_id(tracking.BY_HAND_EXPERIMENT)
+    ours, theirs = (mlflow_client.create_run(experiment).info.run_id for _ in range(2))
+    add_all, raced = Session.add_all, []
+
+    def the_other_process_first(session, objects):
+        objects = list(objects)
+        if not raced and any(type(item).__name__ == "SqlDataset" for item in objects):
+            raced.append(True)
+            subprocess.run([sys.executable, "-c", LOGS_THE_DATASET, theirs, str(prepared)], check=True, timeout=120)
+        return add_all(session, objects)
+
+    monkeypatch.setattr(Session, "add_all", the_other_process_first)
+    tracking.log_dataset(ours, prepared, "corpus-prepared", "0" * 64)
+
+    assert raced  # the other process did log it in between
+    for run_id in ours, theirs:
+        inputs = mlflow_client.get_run(run_id).inputs.dataset_inputs
+        assert [(item.dataset.name, item.dataset.digest) for item in inputs] == [("corpus-prepared", "0" * 16)]
 
 
 def test_a_store_whose_lock_file_cannot_be_created_is_refused_at_once(tmp_path):

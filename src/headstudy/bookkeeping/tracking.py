@@ -459,7 +459,21 @@ def log_dataset(run_id: str, prepared: Path, name: str, digest: str) -> None:
         warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
         dataset = mlflow.data.from_numpy(splits, source=str(Path(prepared).resolve()), name=name, digest=digest[:16])
     context = InputTag(key=MLFLOW_DATASET_CONTEXT, value="training")
-    client().log_inputs(run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
+    log_inputs_once(run_id, DatasetInput(dataset._to_mlflow_entity(), tags=[context]))
+
+
+def log_inputs_once(run_id: str, dataset_input: DatasetInput) -> None:
+    """The dataset as an input of the run, whoever logs the same dataset at the same moment.
+    MLflow looks the dataset's row up, then inserts it if it found none: trainings that start
+    together on a new store all find none, and all but the first insert fail (`UNIQUE constraint
+    failed: datasets.experiment_id, datasets.name, datasets.digest`). log_inputs reuses the rows
+    it finds, so the second try, which finds the row another process inserted, adds this run's
+    input alone; a second failure is no such race, and is raised."""
+    mlflow_client = client()
+    try:
+        mlflow_client.log_inputs(run_id, datasets=[dataset_input])
+    except mlflow.exceptions.MlflowException:
+        mlflow_client.log_inputs(run_id, datasets=[dataset_input])
 
 
 @contextmanager
