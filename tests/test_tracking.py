@@ -122,11 +122,34 @@ def study(tmp_path_factory):
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
         patch.delenv("HEADSTUDY_CONF", raising=False)
         patch.setenv("DVC_EXP_NAME", EXPERIMENT_NAME)
+        patch.setenv("DVC_STAGE", "report")
         tracking.log_study_report([project / "reports/results.html", project / "reports/summary.json"], summary)
 
     log_file = tmp_path_factory.mktemp("server") / "server.log"
     with served_mlflow(f"sqlite:///{project / 'mlflow.db'}", log_file) as url:
         yield project, Rest(url), url
+
+
+def test_a_report_made_by_hand_logs_to_the_by_hand_experiment_not_the_studies(tmp_path, monkeypatch):
+    """docs/tracking.md: runs by hand go to `headstudy-by-hand`; only stages that DVC runs belong
+    to the studies' experiment."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("HEADSTUDY_CONF", str(ROOT / "conf"))
+    for name in ("DVC_STAGE", "DVC_EXP_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "results.html").write_text("<html><body>by hand</body></html>\n")
+    summary = {"rows": [{"variant": "1", "test_ppl_mean": 40.0}, {"variant": "4", "test_ppl_mean": 30.0}]}
+
+    run_id = tracking.log_study_report([tmp_path / "results.html"], summary)
+
+    mlflow_client = mlflow.tracking.MlflowClient(uri)
+    run = mlflow_client.get_run(run_id)
+    assert mlflow_client.get_experiment(run.info.experiment_id).name == tracking.BY_HAND_EXPERIMENT
+    assert run.data.metrics["test_ppl/4"] == 30.0 and run.info.status == "FINISHED"
+    studies = mlflow_client.get_experiment_by_name(tracking.EXPERIMENT)
+    assert studies is None or not mlflow_client.search_runs([studies.experiment_id])
 
 
 def tags(entity: dict) -> dict[str, str]:

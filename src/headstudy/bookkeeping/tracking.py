@@ -330,13 +330,14 @@ def saved_view_columns(mlflow_client: MlflowClient, experiment: str) -> list[str
     return [column for column in columns if column not in RESULTS_COLUMNS]
 
 
-def ui_url(run_id: str | None = None) -> str:
-    """Where `mlflow ui` shows the experiment's runs, or one run, in the model-training view.
-    MLflow 3.17's UI opens the GenAI view unless the URL (or its sidebar switch) says otherwise."""
+def ui_url(run_id: str | None = None, experiment: str | None = None) -> str:
+    """Where `mlflow ui` shows an experiment's runs (by default the studies'), or one run, in the
+    model-training view. MLflow 3.17's UI opens the GenAI view unless the URL (or its sidebar
+    switch) says otherwise."""
     if run_id:
         experiment = client().get_run(run_id).info.experiment_id
         return f"{UI_ADDRESS}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
-    experiment = experiment_id()
+    experiment = experiment or experiment_id()
     return (
         f"{UI_ADDRESS}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}"
     )
@@ -570,10 +571,13 @@ def study_run_name(identity: dict[str, str]) -> str:
 
 def open_study_run() -> str:
     """The parent run of this study execution, RUNNING: the open one with this execution's
-    identity, or a new one. Under a file lock, so that stages running in parallel agree."""
+    identity, or a new one. Under a file lock, so that stages running in parallel agree.
+    Only stages that DVC runs belong to the studies' experiment: a report made by hand
+    (`headstudy report` outside `dvc repro`) is a run of the by-hand experiment, as a training
+    by hand is, and never shares a study's parent run."""
     identity = study_identity()
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    experiment = experiment_id()
+    experiment = experiment_id(run_experiment())
     mlflow_client = client()
     with file_lock(f"study-{key}"):
         found = mlflow_client.search_runs(
@@ -600,6 +604,10 @@ def open_study_run() -> str:
                 f"One execution of the study in {identity['study.folder']}: the model runs it "
                 "trained are nested beneath; the report stage logs the report and the comparison "
                 "metrics here and closes it (tag study.state)."
+                if in_pipeline()
+                else f"A report made by hand (`headstudy report` outside `dvc repro`) in "
+                f"{identity['study.folder']}: its files and comparison metrics. The studies' own "
+                f"runs are in the experiment `{EXPERIMENT}`."
             ),
         }
         run = mlflow_client.create_run(experiment, tags=tags, run_name=study_run_name(identity))
@@ -642,8 +650,10 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
             mlflow_client.log_artifact(run_id, str(path))
     mlflow_client.set_tag(run_id, STUDY_STATE, "closed")
     leave_study_run(run_id)
-    save_results_view(mlflow_client, experiment_id(), sorted(key for key in metrics if key.endswith("/per_token")))
-    print(f"report: logged to the study's MLflow run {run_id}; `mlflow ui`, then {ui_url()}")
+    experiment = experiment_id(run_experiment())
+    save_results_view(mlflow_client, experiment, sorted(key for key in metrics if key.endswith("/per_token")))
+    whose = "the study's" if in_pipeline() else f"the {BY_HAND_EXPERIMENT} experiment's"
+    print(f"report: logged to {whose} MLflow run {run_id}; `mlflow ui`, then {ui_url(experiment=experiment)}")
     return run_id
 
 
