@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from conftest import ROOT, assert_refused, free_port
 from mlflow.tracking import MlflowClient
 
+from headstudy.bookkeeping import store as tracking_store
 from headstudy.bookkeeping import tracking
 from headstudy.common.errors import ConfigError
 
@@ -157,7 +159,7 @@ def test_a_store_locked_by_a_stuck_process_is_refused_after_the_lock_timeout(tmp
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(tracking, "LOCK_TIMEOUT_S", 1.0)
+        monkeypatch.setattr(tracking_store, "LOCK_TIMEOUT_S", 1.0)
         with deadline(30), pytest.raises(ConfigError) as refused:
             tracking.check_store()
     finally:
@@ -171,12 +173,12 @@ def test_a_store_locked_by_a_stuck_process_is_refused_after_the_lock_timeout(tmp
 def test_a_study_lock_held_by_a_stuck_process_is_refused_after_the_lock_timeout(store, monkeypatch):
     key = hashlib.sha256(store.encode()).hexdigest()[:12]
     path = Path(tempfile.gettempdir()) / f"headstudy-{key}-study-test.lock"
-    monkeypatch.setattr(tracking, "LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(tracking_store, "LOCK_TIMEOUT_S", 0.5)
     with open(path, "a") as held:  # another open file: flock makes it wait as another process would
         fcntl.flock(held, fcntl.LOCK_EX)
         try:
             with deadline(30), pytest.raises(ConfigError, match="another process has held"):
-                with tracking.file_lock("study-test"):
+                with tracking_store.file_lock("study-test"):
                     pass
         finally:
             fcntl.flock(held, fcntl.LOCK_UN)
@@ -214,3 +216,14 @@ def test_redact_hides_the_password_wherever_a_message_repeats_it(monkeypatch):
         "cannot open mysql://analyst:***@db.example:3306/runs: Access denied for user 'analyst' (using password ***)"
     )
     assert tracking.redact("sqlite:///mlflow.db", "sqlite:///mlflow.db") == "sqlite:///mlflow.db"
+
+
+def test_every_lock_of_the_project_is_the_one_in_bookkeeping_locks():
+    """One lock helper: no other module takes a lock of its own (fcntl, filelock)."""
+    package = ROOT / "src/headstudy"
+    takers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if re.search(r"^\s*(import fcntl|from fcntl|import filelock|from filelock)", path.read_text(), re.M)
+    )
+    assert takers == ["bookkeeping/locks.py"]

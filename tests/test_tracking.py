@@ -26,7 +26,7 @@ from conftest import ROOT, served_mlflow
 from tinyproject import set_threads
 
 from headstudy.analysis.statistics import paired_difference
-from headstudy.bookkeeping import tracking
+from headstudy.bookkeeping import dashboard, tracking
 from headstudy.formats.trained import load_model
 
 pytestmark = pytest.mark.slow
@@ -285,14 +285,14 @@ def test_dvc_plots_show_only_the_current_study_and_need_no_network(tmp_path):
 def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_them(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     mlflow_client, experiment_id = tracking.client(), tracking.experiment_id()
-    tracking.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])
-    tracking.save_results_view(mlflow_client, experiment_id, ["compare/8_vs_4/relative"])
-    tracking.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])  # the first study again
+    dashboard.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])
+    dashboard.save_results_view(mlflow_client, experiment_id, ["compare/8_vs_4/relative"])
+    dashboard.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])  # the first study again
 
     saved = mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"]
     columns = json.loads(json.loads(saved)["state"])["selectedColumns"]
-    assert columns[: len(tracking.RESULTS_COLUMNS)] == tracking.RESULTS_COLUMNS
-    assert columns[len(tracking.RESULTS_COLUMNS) :] == [
+    assert columns[: len(dashboard.RESULTS_COLUMNS)] == dashboard.RESULTS_COLUMNS
+    assert columns[len(dashboard.RESULTS_COLUMNS) :] == [
         "metrics.`compare/4_vs_1/relative`",
         "metrics.`compare/8_vs_4/relative`",
     ]
