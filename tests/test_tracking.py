@@ -25,6 +25,7 @@ import yaml
 from conftest import ROOT, served_mlflow
 from tinyproject import set_threads
 
+from headstudy.analysis.headline import headline
 from headstudy.analysis.statistics import paired_difference
 from headstudy.bookkeeping import dashboard, tracking
 from headstudy.formats.trained import load_model
@@ -291,11 +292,41 @@ def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_
 
     saved = mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"]
     columns = json.loads(json.loads(saved)["state"])["selectedColumns"]
-    assert columns[: len(dashboard.RESULTS_COLUMNS)] == dashboard.RESULTS_COLUMNS
-    assert columns[len(dashboard.RESULTS_COLUMNS) :] == [
+    assert columns[-len(dashboard.RESULTS_COLUMNS) :] == dashboard.RESULTS_COLUMNS
+    assert columns[: -len(dashboard.RESULTS_COLUMNS)] == [
         "metrics.`compare/4_vs_1/relative`",
         "metrics.`compare/8_vs_4/relative`",
     ]
+
+
+def test_the_dashboard_leads_with_test_perplexity_and_the_comparisons_cis_grouped_by_variant(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow_client, experiment_id = tracking.client(), tracking.experiment_id()
+    summary = {
+        "rows": [{"variant": "1", "test_ppl_mean": 40.123456}, {"variant": "4", "test_ppl_mean": 30.98765}],
+        "comparisons": [
+            {"variant_a": "1", "variant_b": "4", **paired_difference({0: 40.0, 1: 42.0}, {0: 30.0, 1: 33.0}, "a", "b")}
+        ],
+    }
+    headline_keys = dashboard.dashboard_metrics(headline(summary))
+    assert headline_keys == [
+        "test_ppl/1",
+        "test_ppl/4",
+        "change_pct/4_vs_1/per_token",
+        "change_pct/4_vs_1/per_token_ci95_low",
+        "change_pct/4_vs_1/per_token_ci95_high",
+    ]
+    dashboard.save_results_view(mlflow_client, experiment_id, headline_keys)
+    state = json.loads(
+        json.loads(mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"])["state"]
+    )
+    assert state["selectedColumns"][:7] == [f"metrics.`{key}`" for key in headline_keys] + [
+        "metrics.`test/ppl`",
+        "metrics.`val/ppl`",
+    ]
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "variant"}]
+    assert state["runsHiddenMode"] == "SHOW_ALL"
+    assert dashboard.significant(30.98765) == 30.99 and dashboard.significant(-23.235052642126153) == -23.24
 
 
 # Runs by hand, under DVC and of `headstudy reproduce`, in a folder of their own: a git

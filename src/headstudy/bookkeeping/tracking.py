@@ -34,7 +34,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig
 
-from headstudy.bookkeeping.dashboard import save_results_view
+from headstudy.bookkeeping.dashboard import dashboard_metrics, save_results_view, significant
 
 # Re-exported (noqa: F401) besides what this module uses: dvc_locked_md5, in_pipeline,
 # check_store, download_artifact, get_run, redact, tracking_uri, EXPERIMENT. Stage modules
@@ -340,7 +340,8 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
     from headstudy.analysis.headline import headline
 
     metrics = headline(summary)
-    log_metrics(run_id, metrics)
+    # At 4 significant digits, as a reader compares them: summary.json keeps the exact values.
+    log_metrics(run_id, {key: significant(value) for key, value in metrics.items()})
     for path in map(Path, artifacts):
         if path.is_dir():
             mlflow_client.log_artifacts(run_id, str(path), path.name)
@@ -349,7 +350,7 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
     mlflow_client.set_tag(run_id, STUDY_STATE, "closed")
     leave_study_run(run_id)
     experiment = experiment_id(run_experiment())
-    save_results_view(mlflow_client, experiment, sorted(key for key in metrics if key.endswith("/per_token")))
+    save_results_view(mlflow_client, experiment, dashboard_metrics(metrics))
     whose = "the study's" if in_pipeline() else f"the {BY_HAND_EXPERIMENT} experiment's"
     print(f"report: logged to {whose} MLflow run {run_id}; `mlflow ui`, then {ui_url(experiment=experiment)}")
     return run_id
