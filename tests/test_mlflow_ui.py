@@ -21,7 +21,7 @@ from browser import chromium, run_chromium
 from conftest import served_mlflow
 from mlflow.entities import Metric, Param, RunStatus
 
-from headstudy.bookkeeping import tracking
+from headstudy.bookkeeping import store, tracking
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def ui(tmp_path_factory):
         kind = client.get_experiment(experiment).tags.get("mlflow.experimentKind")
     with served_mlflow(uri, folder / "server.log") as url:
         yield SimpleNamespace(
-            url=url, experiment=experiment, kind=kind, readme_link=readme_link.replace(tracking.UI_ADDRESS, url, 1)
+            url=url, experiment=experiment, kind=kind, readme_link=readme_link.replace(store.UI_ADDRESS, url, 1)
         )
 
 

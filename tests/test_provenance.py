@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from headstudy.bookkeeping import provenance
 from headstudy.bookkeeping.provenance import dvc_locked_md5
 from headstudy.formats.runconfig import config_digest
 from headstudy.settings.compose import compose_config
@@ -61,3 +64,40 @@ def test_a_study_under_studies_records_the_md5_of_the_projects_prepared_data(tmp
     assert dvc_locked_md5(Path("../../data/other")) == "none"
     monkeypatch.chdir(tmp_path)
     assert dvc_locked_md5(Path("data/prepared")) == "0123.dir"
+
+
+def git_repository(folder: Path) -> None:
+    (folder / "src").mkdir()
+    (folder / "src/code.py").write_text("x = 1\n")
+    for sub in ("configs/train", "studies/a/configs/train", "fingerprints"):
+        (folder / sub).mkdir(parents=True)
+    for path in GENERATED:
+        (folder / path).write_text("old\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "start"]):
+        subprocess.run(["git", *command], cwd=folder, check=True, env={**os.environ, **env})
+
+
+GENERATED = ("configs/train/h1-s0.yaml", "studies/a/configs/train/h1-s0.yaml", "fingerprints/train.txt")
+
+
+def test_generated_configs_and_fingerprints_do_not_make_a_run_dirty_and_code_does(tmp_path, monkeypatch):
+    git_repository(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HEADSTUDY_CONF", str(tmp_path / "conf"))
+    for path in GENERATED:
+        (tmp_path / path).write_text("rewritten by configure or fingerprint\n")
+    assert provenance.git_state()["dirty"] == "false"
+    (tmp_path / "src/code.py").write_text("x = 2\n")
+    assert provenance.git_state()["dirty"] == "true"
+
+
+def test_a_study_in_a_temporary_copy_names_the_users_repository_as_its_folder(tmp_path, monkeypatch):
+    """dvc exp run --temp and the queue run the stages in a copy that DVC deletes, and name the
+    user's repository in DVC_ROOT."""
+    copy, repository = tmp_path / "copy", tmp_path / "repository"
+    (copy / ".dvc").mkdir(parents=True)
+    (copy / "studies/a").mkdir(parents=True)
+    monkeypatch.chdir(copy / "studies/a")
+    monkeypatch.setenv("DVC_ROOT", str(repository))
+    assert provenance.study_identity()["study.folder"] == str(repository.resolve() / "studies/a")

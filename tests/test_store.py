@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from conftest import ROOT, assert_refused, free_port
 from mlflow.tracking import MlflowClient
 
+from headstudy.bookkeeping import store as tracking_store
 from headstudy.bookkeeping import tracking
 from headstudy.common.errors import ConfigError
 
@@ -37,6 +39,15 @@ def kill(connection, cursor, statement, *args):
 event.listen(Engine, "before_cursor_execute", kill)
 from headstudy.bookkeeping import tracking
 tracking.check_store()
+"""
+
+
+# Logs the prepared data as the dataset of the run named on the command line, as a training does.
+LOGS_THE_DATASET = """
+import sys
+from pathlib import Path
+from headstudy.bookkeeping import tracking
+tracking.log_dataset(sys.argv[1], Path(sys.argv[2]), "corpus-prepared", "0" * 64)
 """
 
 
@@ -94,6 +105,35 @@ def test_a_command_killed_while_it_migrates_a_new_store_leaves_the_next_command_
     ]  # and no staged copy left beside it
 
 
+def test_a_dataset_another_process_logs_between_mlflows_lookup_and_insert_is_the_inputs_of_both(
+    store, small_corpus, monkeypatch
+):
+    """The race of trainings that start together on a new store, made certain: another process
+    logs the same dataset after MLflow has looked for its row and before it inserts one."""
+    from sqlalchemy.orm import Session
+
+    prepared = Path(next(item for item in small_corpus if item.startswith("paths.prepared=")).split("=", 1)[1])
+    mlflow_client = tracking.client()
+    experiment = tracking.experiment_id(tracking.BY_HAND_EXPERIMENT)
+    ours, theirs = (mlflow_client.create_run(experiment).info.run_id for _ in range(2))
+    add_all, raced = Session.add_all, []
+
+    def the_other_process_first(session, objects):
+        objects = list(objects)
+        if not raced and any(type(item).__name__ == "SqlDataset" for item in objects):
+            raced.append(True)
+            subprocess.run([sys.executable, "-c", LOGS_THE_DATASET, theirs, str(prepared)], check=True, timeout=120)
+        return add_all(session, objects)
+
+    monkeypatch.setattr(Session, "add_all", the_other_process_first)
+    tracking.log_dataset(ours, prepared, "corpus-prepared", "0" * 64)
+
+    assert raced  # the other process did log it in between
+    for run_id in ours, theirs:
+        inputs = mlflow_client.get_run(run_id).inputs.dataset_inputs
+        assert [(item.dataset.name, item.dataset.digest) for item in inputs] == [("corpus-prepared", "0" * 16)]
+
+
 def test_a_store_whose_lock_file_cannot_be_created_is_refused_at_once(tmp_path):
     uri = "sqlite:////proc/x.db"
     started = time.monotonic()
@@ -119,7 +159,7 @@ def test_a_store_locked_by_a_stuck_process_is_refused_after_the_lock_timeout(tmp
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(tracking, "LOCK_TIMEOUT_S", 1.0)
+        monkeypatch.setattr(tracking_store, "LOCK_TIMEOUT_S", 1.0)
         with deadline(30), pytest.raises(ConfigError) as refused:
             tracking.check_store()
     finally:
@@ -133,12 +173,12 @@ def test_a_store_locked_by_a_stuck_process_is_refused_after_the_lock_timeout(tmp
 def test_a_study_lock_held_by_a_stuck_process_is_refused_after_the_lock_timeout(store, monkeypatch):
     key = hashlib.sha256(store.encode()).hexdigest()[:12]
     path = Path(tempfile.gettempdir()) / f"headstudy-{key}-study-test.lock"
-    monkeypatch.setattr(tracking, "LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(tracking_store, "LOCK_TIMEOUT_S", 0.5)
     with open(path, "a") as held:  # another open file: flock makes it wait as another process would
         fcntl.flock(held, fcntl.LOCK_EX)
         try:
             with deadline(30), pytest.raises(ConfigError, match="another process has held"):
-                with tracking.file_lock("study-test"):
+                with tracking_store.file_lock("study-test"):
                     pass
         finally:
             fcntl.flock(held, fcntl.LOCK_UN)
@@ -176,3 +216,14 @@ def test_redact_hides_the_password_wherever_a_message_repeats_it(monkeypatch):
         "cannot open mysql://analyst:***@db.example:3306/runs: Access denied for user 'analyst' (using password ***)"
     )
     assert tracking.redact("sqlite:///mlflow.db", "sqlite:///mlflow.db") == "sqlite:///mlflow.db"
+
+
+def test_every_lock_of_the_project_is_the_one_in_bookkeeping_locks():
+    """One lock helper: no other module takes a lock of its own (fcntl, filelock)."""
+    package = ROOT / "src/headstudy"
+    takers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if re.search(r"^\s*(import fcntl|from fcntl|import filelock|from filelock)", path.read_text(), re.M)
+    )
+    assert takers == ["bookkeeping/locks.py"]

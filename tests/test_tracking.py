@@ -25,8 +25,9 @@ import yaml
 from conftest import ROOT, default_interrupt, default_signals, served_mlflow
 from tinyproject import set_threads
 
+from headstudy.analysis.headline import headline
 from headstudy.analysis.statistics import paired_difference
-from headstudy.bookkeeping import tracking
+from headstudy.bookkeeping import dashboard, tracking
 from headstudy.formats.trained import load_model
 
 pytestmark = pytest.mark.slow
@@ -122,11 +123,34 @@ def study(tmp_path_factory):
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
         patch.delenv("HEADSTUDY_CONF", raising=False)
         patch.setenv("DVC_EXP_NAME", EXPERIMENT_NAME)
+        patch.setenv("DVC_STAGE", "report")
         tracking.log_study_report([project / "reports/results.html", project / "reports/summary.json"], summary)
 
     log_file = tmp_path_factory.mktemp("server") / "server.log"
     with served_mlflow(f"sqlite:///{project / 'mlflow.db'}", log_file) as url:
         yield project, Rest(url), url
+
+
+def test_a_report_made_by_hand_logs_to_the_by_hand_experiment_not_the_studies(tmp_path, monkeypatch):
+    """docs/tracking.md: runs by hand go to `headstudy-by-hand`; only stages that DVC runs belong
+    to the studies' experiment."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("HEADSTUDY_CONF", str(ROOT / "conf"))
+    for name in ("DVC_STAGE", "DVC_EXP_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "results.html").write_text("<html><body>by hand</body></html>\n")
+    summary = {"rows": [{"variant": "1", "test_ppl_mean": 40.0}, {"variant": "4", "test_ppl_mean": 30.0}]}
+
+    run_id = tracking.log_study_report([tmp_path / "results.html"], summary)
+
+    mlflow_client = mlflow.tracking.MlflowClient(uri)
+    run = mlflow_client.get_run(run_id)
+    assert mlflow_client.get_experiment(run.info.experiment_id).name == tracking.BY_HAND_EXPERIMENT
+    assert run.data.metrics["test_ppl/4"] == 30.0 and run.info.status == "FINISHED"
+    studies = mlflow_client.get_experiment_by_name(tracking.EXPERIMENT)
+    assert studies is None or not mlflow_client.search_runs([studies.experiment_id])
 
 
 def tags(entity: dict) -> dict[str, str]:
@@ -262,17 +286,47 @@ def test_dvc_plots_show_only_the_current_study_and_need_no_network(tmp_path):
 def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_them(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     mlflow_client, experiment_id = tracking.client(), tracking.experiment_id()
-    tracking.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])
-    tracking.save_results_view(mlflow_client, experiment_id, ["compare/8_vs_4/relative"])
-    tracking.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])  # the first study again
+    dashboard.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])
+    dashboard.save_results_view(mlflow_client, experiment_id, ["compare/8_vs_4/relative"])
+    dashboard.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])  # the first study again
 
     saved = mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"]
     columns = json.loads(json.loads(saved)["state"])["selectedColumns"]
-    assert columns[: len(tracking.RESULTS_COLUMNS)] == tracking.RESULTS_COLUMNS
-    assert columns[len(tracking.RESULTS_COLUMNS) :] == [
+    assert columns[-len(dashboard.RESULTS_COLUMNS) :] == dashboard.RESULTS_COLUMNS
+    assert columns[: -len(dashboard.RESULTS_COLUMNS)] == [
         "metrics.`compare/4_vs_1/relative`",
         "metrics.`compare/8_vs_4/relative`",
     ]
+
+
+def test_the_dashboard_leads_with_test_perplexity_and_the_comparisons_cis_grouped_by_variant(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow_client, experiment_id = tracking.client(), tracking.experiment_id()
+    summary = {
+        "rows": [{"variant": "1", "test_ppl_mean": 40.123456}, {"variant": "4", "test_ppl_mean": 30.98765}],
+        "comparisons": [
+            {"variant_a": "1", "variant_b": "4", **paired_difference({0: 40.0, 1: 42.0}, {0: 30.0, 1: 33.0}, "a", "b")}
+        ],
+    }
+    headline_keys = dashboard.dashboard_metrics(headline(summary))
+    assert headline_keys == [
+        "test_ppl/1",
+        "test_ppl/4",
+        "change_pct/4_vs_1/per_token",
+        "change_pct/4_vs_1/per_token_ci95_low",
+        "change_pct/4_vs_1/per_token_ci95_high",
+    ]
+    dashboard.save_results_view(mlflow_client, experiment_id, headline_keys)
+    state = json.loads(
+        json.loads(mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"])["state"]
+    )
+    assert state["selectedColumns"][:7] == [f"metrics.`{key}`" for key in headline_keys] + [
+        "metrics.`test/ppl`",
+        "metrics.`val/ppl`",
+    ]
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "variant"}]
+    assert state["runsHiddenMode"] == "SHOW_ALL"
+    assert dashboard.significant(30.98765) == 30.99 and dashboard.significant(-23.235052642126153) == -23.24
 
 
 # Runs by hand, under DVC and of `headstudy reproduce`, in a folder of their own: a git

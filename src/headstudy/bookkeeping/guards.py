@@ -3,7 +3,6 @@ here has changed nothing."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from headstudy.bookkeeping.locks import exclusive
 from headstudy.common.errors import ConfigError
 from headstudy.settings.compose import project_root
 
@@ -93,15 +93,14 @@ def only_training_of(resume_folder: Path) -> Iterator[None]:
     """One process at a time trains a given model with given settings: a second one started
     beside it would share its checkpoint folder and MLflow run. Refused at once, not queued."""
     lock = Path(resume_folder).with_name(Path(resume_folder).name + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)  # a first training: no checkpoints folder yet
-    with open(lock, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(
-                f"another process is training this model with these settings now ({lock} is "
-                "locked): wait for it to finish"
-            ) from None
+    with exclusive(
+        lock,
+        0,  # refused at once, never queued
+        unmade=lambda reason: f"{lock} cannot be created ({reason}): free it or point paths.* elsewhere",
+        held=lambda: f"another process is training this model with these settings now ({lock} is "
+        "locked): wait for it to finish",
+        remove=True,  # no waiter can hold it: a second training is refused, not queued
+    ):
         try:
             yield
         except BaseException:
@@ -113,6 +112,3 @@ def only_training_of(resume_folder: Path) -> Iterator[None]:
                 # model, logging it) must not leave a run that looks done.
                 tracking.mark_failed_if_finished(run_id_file.read_text().strip())
             raise
-        finally:
-            lock.unlink(missing_ok=True)  # no waiter can hold it: a second training is refused, not queued
-            fcntl.flock(handle, fcntl.LOCK_UN)

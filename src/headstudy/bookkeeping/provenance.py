@@ -42,7 +42,9 @@ def git_state() -> dict[str, str]:
             "params_diff": "",
         }
     params = f":(top,glob)**/{PARAMS_FILE}"
-    not_code = (PARAMS_FILE, ".gitignore", "dvc.lock", "metrics/**", "reports/**")
+    # configs/ and fingerprints/ are written by the pipeline's first stages (configure, fingerprint)
+    # from params.yaml and the code: generated, so no change of their own (issue 27).
+    not_code = (PARAMS_FILE, ".gitignore", "dvc.lock", "metrics/**", "reports/**", "configs/**", "fingerprints/**")
     code = [":(top)", *(f":(top,glob,exclude)**/{path}" for path in not_code)]
     # Against a fresh index of HEAD, not the repository's own: under `dvc exp run` that one can
     # say unchanged for a file DVC has just rewritten (params.yaml after `-S`).
@@ -115,11 +117,14 @@ def installed_packages() -> str:
 def study_identity() -> dict[str, str]:
     """What tells one execution of a study from another: the study's folder (where DVC runs its
     stages) and params.yaml, the commit, and the DVC experiment under `dvc exp run`. Every stage
-    of one execution finds the same."""
+    of one execution finds the same. The folder is the user's repository's, also when DVC runs
+    the stages in a temporary copy of it (the queue, --temp), which it deletes afterwards."""
+    from headstudy.bookkeeping.jobs import in_users_repository
+
     folder = Path.cwd().resolve()
     params = folder / PARAMS_FILE
     return {
-        "study.folder": str(folder),
+        "study.folder": str(in_users_repository(folder)),
         "study.params_sha256": hashlib.sha256(params.read_bytes()).hexdigest() if params.is_file() else "none",
         "git.commit": git("rev-parse", "HEAD").strip() or "unknown",
         **{key: value for key, value in dvc_experiment().items() if key == "dvc.exp_name"},

@@ -1,25 +1,22 @@
-"""Everything MLflow: one SQLite store at the project root (mlflow.db) unless
-MLFLOW_TRACKING_URI says otherwise (another database, or a shared `mlflow server`).
-Nothing else in headstudy imports mlflow.
+"""The runs in the MLflow store (store.py): a study execution's parent run and its report, a
+training's run (Lightning's logger, its provenance, its dataset, its model), and what evaluate
+logs to it. Nothing outside bookkeeping/ imports mlflow.
 
-The studies' experiment, `headstudy`: each execution of a study (a `dvc repro` or a `dvc exp
-run`) is one parent run, named by its study folder and its DVC experiment (or the time it
-started); the model runs it trains are nested beneath it, and the report stage logs the report
-and the comparison metrics to it, then closes it. Trainings by hand and `headstudy reproduce`
-go to an experiment of their own, `headstudy-by-hand`, so that the studies' runs stand alone.
+Each execution of a study (a `dvc repro` or a `dvc exp run`) is one parent run in the studies'
+experiment, named by its study folder and its DVC experiment (or the time it started); the
+model runs it trains are nested beneath it, and the report stage logs the report and the
+comparison metrics to it, then closes it. Trainings and reports by hand and `headstudy
+reproduce` go to the experiment `headstudy-by-hand`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
 import os
 import signal
-import socket
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -27,7 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import mlflow
 import numpy as np
@@ -38,13 +34,18 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig
 
-from headstudy.bookkeeping.jobs import in_users_repository
+from headstudy.bookkeeping.dashboard import dashboard_metrics, save_results_view, significant
 
-# train.py asks tracking for the data's md5 in dvc.lock, with what it logs.
-from headstudy.bookkeeping.provenance import (
+# Re-exported (noqa: F401) besides what this module uses: dvc_locked_md5, in_pipeline,
+# check_store, download_artifact, get_run, redact, tracking_uri, EXPERIMENT. Stage modules
+# (train.py, evaluate.py, report.py) and reproduce.py call them as `tracking.NAME`, and a stage
+# depends on the syntax trees of the code it runs (fingerprints/): an import line changed in a
+# stage module for a move inside bookkeeping/ would rerun every one of its stages (and train.py
+# is frozen besides).
+from headstudy.bookkeeping.provenance import (  # noqa: F401
     PARAMS_FILE,
     dvc_experiment,
-    dvc_locked_md5,  # noqa: F401
+    dvc_locked_md5,
     environment,
     flatten,
     git_state,
@@ -53,293 +54,26 @@ from headstudy.bookkeeping.provenance import (
     study_folder_name,
     study_identity,
 )
-
-# Progress bars for small artifacts only clutter the terminal and the one-line errors.
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
-EXPERIMENT = "headstudy"
-# Runs that belong to no study: trainings by hand (no DVC_STAGE) and `headstudy reproduce`.
-BY_HAND_EXPERIMENT = "headstudy-by-hand"
-DEFAULT_STORE = "mlflow.db"
-
-EXPERIMENT_TAGS = {
-    # MLflow 3's kind for classic model training (the UI's "Model training"), as the UI's own
-    # experiment-type selector writes it. The 3.17 UI does not read it to pick a view: the URL's
-    # workflowType does, else the sidebar switch's last choice in that browser, else GenAI, so
-    # the experiments list opens a new reader on the GenAI overview (tests/test_mlflow_ui.py)
-    # and ui_url() asks for the model-training view.
-    "mlflow.experimentKind": "custom_model_development",
-    MLFLOW_RUN_NOTE: (
-        "Does attention with four heads beat one head at the same width, and by how much?\n\n"
-        "Each execution of a study (`dvc repro` or `dvc exp run`) is a parent run named by its "
-        "study folder (`default` for the project root, `studies/NAME`) and its DVC experiment, or "
-        "the UTC time it started (`default @ 2025-01-31 12:00:00 UTC`): it holds the report "
-        "(results.html, results.md, figures, summary.json) and "
-        "the comparison metrics (difference and relative change of test perplexity, with 95% "
-        "CIs). The model runs it trained (`h{variant}-s{seed}`) are nested beneath it, with "
-        "`train/loss` and `val/ppl` curves, `test/ppl`, the prepared data as their dataset and "
-        "the trained model. Trainings by hand and `headstudy reproduce` runs are in the experiment "
-        f"`{BY_HAND_EXPERIMENT}`."
-    ),
-}
-BY_HAND_TAGS = {
-    "mlflow.experimentKind": "custom_model_development",
-    MLFLOW_RUN_NOTE: (
-        "Model runs that belong to no study: `headstudy train` run by hand (outside `dvc repro`) "
-        "and the retrainings of `headstudy reproduce` (tag `reproduces`: the run retrained). "
-        f"The studies' own runs are in the experiment `{EXPERIMENT}`."
-    ),
-}
-EXPERIMENT_DESCRIPTIONS = {EXPERIMENT: EXPERIMENT_TAGS, BY_HAND_EXPERIMENT: BY_HAND_TAGS}
-UI_ADDRESS = "http://127.0.0.1:5000"
-# A saved view of the runs table (the UI's "Views"), stored as an experiment tag the way the UI
-# stores one, that ui_url() opens: the columns a reader of this study looks for.
-RESULTS_VIEW = "results"
-RESULTS_COLUMNS = [
-    # Not the wide Dataset column, which would push the metrics out of sight.
-    "attributes.`Models`",
-    "metrics.`test/ppl`",
-    "metrics.`val/ppl`",
-    "metrics.`train/loss`",
-    "metrics.`model/parameter_count`",
-    "params.`variant`",
-    "params.`seed`",
-    "params.`trainer.max_steps`",
-]
+from headstudy.bookkeeping.store import (  # noqa: F401
+    BY_HAND_EXPERIMENT,
+    EXPERIMENT,
+    check_store,
+    client,
+    download_artifact,
+    existing_experiment_ids,
+    experiment_id,
+    file_lock,
+    get_run,
+    redact,
+    run_experiment,
+    tracking_uri,
+    ui_url,
+)
 
 # Tags of a study's parent run: which execution of which study it is, and whether its report
 # is still to come.
 STUDY_KEY = "study.key"
 STUDY_STATE = "study.state"
-
-
-def store_root() -> Path:
-    """The folder of the default store: the project root, in the user's repository also when a
-    queued DVC experiment runs in a temporary copy of it."""
-    from headstudy.settings.compose import project_root
-
-    return in_users_repository(project_root())
-
-
-def tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, or the SQLite store at the project root, whichever folder runs."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_root() / DEFAULT_STORE}"
-
-
-# The longest wait for a lock that another process holds: a schema migration or a lookup holds one
-# for seconds. Longer means a process stuck on the store; waiting on it for ever helps no one.
-LOCK_TIMEOUT_S = 120.0
-# The longest wait for a network store to accept a connection, before MLflow is asked anything.
-PROBE_TIMEOUT_S = 5.0
-# While check_store asks an `mlflow server` whether it works: MLflow's own defaults retry a dead
-# server for about 255 s before they give up.
-CHECK_HTTP_SETTINGS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
-}
-DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433}
-
-# Experiments this process has seen ready, by (store, name): the store created and migrated,
-# the experiment there and described.
-_ready: dict[tuple[str, str], str] = {}
-
-
-def redact(text: str, uri: str | None = None) -> str:
-    """text with the password of the store's URI (`postgresql://user:secret@host/db`) hidden,
-    wherever it appears: a message must never show it."""
-    try:
-        password = urlsplit(uri or tracking_uri()).password
-    except ValueError:
-        return text
-    if not password:
-        return text
-    for form in {password, unquote(password)}:
-        text = text.replace(f":{form}@", ":***@")
-        if len(form) >= 4:  # a shorter one would turn ordinary words into stars
-            text = text.replace(form, "***")
-    return text
-
-
-def store_named() -> str:
-    """The store as a message names it: its URI, password hidden, and what chose it."""
-    if "MLFLOW_TRACKING_URI" in os.environ:
-        return f"{redact(tracking_uri())} (MLFLOW_TRACKING_URI)"
-    return f"{tracking_uri()} (the default store; set MLFLOW_TRACKING_URI for another)"
-
-
-def sqlite_file(uri: str) -> Path | None:
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri.removeprefix("sqlite:///").split("?")[0]
-    return Path(path) if path and path != ":memory:" else None
-
-
-@contextmanager
-def store_lock(database: Path) -> Iterator[None]:
-    """The lock beside an SQLite store, under which processes take turns to create and migrate
-    it. A lock file that cannot be made, or a lock held past LOCK_TIMEOUT_S, is one line."""
-    from filelock import FileLock, Timeout
-
-    from headstudy.common.errors import ConfigError
-
-    lock = database.with_name(database.name + ".lock")
-    try:  # FileLock would retry a lock file that can never be made for as long as it may wait
-        database.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock, "a"):
-            pass
-    except OSError as error:
-        raise ConfigError(
-            f"cannot open the MLflow store {store_named()}: its lock file {lock} cannot be "
-            f"created ({error.strerror or error})"
-        ) from None
-    try:
-        with FileLock(lock, timeout=LOCK_TIMEOUT_S):
-            yield
-    except Timeout:
-        raise ConfigError(
-            f"cannot open the MLflow store {store_named()}: another process has held its lock "
-            f"{lock} for over {LOCK_TIMEOUT_S:.0f} s; end that process, or try again"
-        ) from None
-
-
-def ensure_store(uri: str, name: str = EXPERIMENT) -> str:
-    """Create and migrate the store and create the experiment `name` exactly once, whoever
-    comes first; the experiment's id. Trainings that start at the same moment on a new SQLite
-    file would each run MLflow's schema migration and race to create the experiment, so they
-    take turns under a file lock beside the database; a server serialises this itself. A new
-    SQLite store is created and migrated in a file of its own and moved into place whole, so
-    that a command interrupted while it migrates leaves no store rather than a broken one
-    (`table _alembic_tmp_metrics already exists` for every later command)."""
-    if (uri, name) not in _ready:
-        database = sqlite_file(uri)
-        if database is None:
-            _ready[uri, name] = get_or_create_experiment(uri, name)
-        else:
-            with store_lock(database):
-                if not database.is_file() or database.stat().st_size == 0:
-                    create_database(database)
-                _ready[uri, name] = get_or_create_experiment(uri, name)
-    return _ready[uri, name]
-
-
-def create_database(database: Path) -> None:
-    """A new SQLite store at `database`, its schema complete: migrated in a temporary file beside
-    it (left-overs of an interrupted one are removed first; the caller holds the store's lock),
-    then renamed into place in one step."""
-    import sqlalchemy
-    from mlflow.store.db.utils import _initialize_tables
-    from sqlalchemy.pool import NullPool
-
-    for leftover in database.parent.glob(f".{database.name}.new-*"):
-        leftover.unlink(missing_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{database.name}.new-", dir=database.parent)
-    os.close(handle)
-    staged = Path(name)
-    try:
-        engine = sqlalchemy.create_engine(f"sqlite:///{staged}", poolclass=NullPool)
-        try:
-            _initialize_tables(engine)  # what MLflow does to a new database: create, then migrate
-        finally:
-            engine.dispose()
-        staged.chmod(0o644)  # mkstemp's file is private; the store is not
-        os.replace(staged, database)
-    finally:
-        staged.unlink(missing_ok=True)
-        for journal in database.parent.glob(f"{staged.name}-*"):
-            journal.unlink(missing_ok=True)
-
-
-def get_or_create_experiment(uri: str, name: str = EXPERIMENT) -> str:
-    mlflow_client = MlflowClient(uri)
-    experiment = mlflow_client.get_experiment_by_name(name)
-    if experiment is not None:
-        describe_experiment(mlflow_client, experiment)
-        return experiment.experiment_id
-    artifact_location = None
-    if "MLFLOW_TRACKING_URI" not in os.environ:
-        # Beside mlflow.db, whichever directory a later command runs from.
-        artifact_location = (store_root() / "mlartifacts").as_uri()
-    try:
-        created = mlflow_client.create_experiment(
-            name, artifact_location=artifact_location, tags=EXPERIMENT_DESCRIPTIONS[name]
-        )
-    except mlflow.exceptions.MlflowException as error:  # another client of the server was first
-        if error.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-        return mlflow_client.get_experiment_by_name(name).experiment_id
-    save_results_view(mlflow_client, created, [])
-    return created
-
-
-def client() -> MlflowClient:
-    uri = tracking_uri()
-    ensure_store(uri)
-    return MlflowClient(uri)
-
-
-def experiment_id(name: str = EXPERIMENT) -> str:
-    """The id of the experiment `name` (by default the studies' one), created if new."""
-    return ensure_store(tracking_uri(), name)
-
-
-def run_experiment() -> str:
-    """The experiment of a model run started now: the studies' under DVC, else the by-hand one."""
-    return EXPERIMENT if in_pipeline() else BY_HAND_EXPERIMENT
-
-
-def existing_experiment_ids() -> list[str]:
-    """The ids of this project's experiments that exist in the store: the studies' first."""
-    mlflow_client = client()
-    found = (mlflow_client.get_experiment_by_name(name) for name in EXPERIMENT_DESCRIPTIONS)
-    return [experiment.experiment_id for experiment in found if experiment is not None]
-
-
-def describe_experiment(mlflow_client: MlflowClient, experiment) -> None:
-    """Give a store made before these tags existed its kind, description and results view."""
-    for key, value in EXPERIMENT_DESCRIPTIONS.get(experiment.name, {}).items():
-        if experiment.tags.get(key) != value:
-            mlflow_client.set_experiment_tag(experiment.experiment_id, key, value)
-    if VIEW_TAG_PREFIX + RESULTS_VIEW not in experiment.tags:
-        save_results_view(mlflow_client, experiment.experiment_id, [])
-
-
-VIEW_TAG_PREFIX = "mlflow.sharedViewState."
-
-
-def save_results_view(mlflow_client: MlflowClient, experiment: str, extra_metrics: list[str]) -> None:
-    """The runs table with RESULTS_COLUMNS and extra_metrics (a study's comparisons) added to
-    the columns the view has, newest first, saved in the envelope the 3.17 UI writes for a saved
-    view. Added, not replaced: the studies of a project share the experiment, and one study's
-    report must not take away another's columns."""
-    now = int(time.time() * 1000)
-    columns = RESULTS_COLUMNS + saved_view_columns(mlflow_client, experiment)
-    columns += [column for column in (f"metrics.`{key}`" for key in extra_metrics) if column not in columns]
-    state = {"selectedColumns": columns, "orderByKey": "attributes.start_time", "orderByAsc": False}
-    envelope = {"name": "headstudy results", "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
-    mlflow_client.set_experiment_tag(experiment, VIEW_TAG_PREFIX + RESULTS_VIEW, json.dumps(envelope))
-
-
-def saved_view_columns(mlflow_client: MlflowClient, experiment: str) -> list[str]:
-    """The results view's columns beyond RESULTS_COLUMNS, as saved now (none if unreadable)."""
-    saved = mlflow_client.get_experiment(experiment).tags.get(VIEW_TAG_PREFIX + RESULTS_VIEW)
-    try:
-        columns = json.loads(json.loads(saved)["state"])["selectedColumns"] if saved else []
-    except (ValueError, KeyError, TypeError):
-        return []
-    return [column for column in columns if column not in RESULTS_COLUMNS]
-
-
-def ui_url(run_id: str | None = None) -> str:
-    """Where `mlflow ui` shows the experiment's runs, or one run, in the model-training view.
-    MLflow 3.17's UI opens the GenAI view unless the URL (or its sidebar switch) says otherwise."""
-    if run_id:
-        experiment = client().get_run(run_id).info.experiment_id
-        return f"{UI_ADDRESS}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
-    experiment = experiment_id()
-    return (
-        f"{UI_ADDRESS}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}"
-    )
 
 
 def training_params(config: DictConfig) -> dict[str, str]:
@@ -459,7 +193,21 @@ def log_dataset(run_id: str, prepared: Path, name: str, digest: str) -> None:
         warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
         dataset = mlflow.data.from_numpy(splits, source=str(Path(prepared).resolve()), name=name, digest=digest[:16])
     context = InputTag(key=MLFLOW_DATASET_CONTEXT, value="training")
-    client().log_inputs(run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
+    log_inputs_once(run_id, DatasetInput(dataset._to_mlflow_entity(), tags=[context]))
+
+
+def log_inputs_once(run_id: str, dataset_input: DatasetInput) -> None:
+    """The dataset as an input of the run, whoever logs the same dataset at the same moment.
+    MLflow looks the dataset's row up, then inserts it if it found none: trainings that start
+    together on a new store all find none, and all but the first insert fail (`UNIQUE constraint
+    failed: datasets.experiment_id, datasets.name, datasets.digest`). log_inputs reuses the rows
+    it finds, so the second try, which finds the row another process inserted, adds this run's
+    input alone; a second failure is no such race, and is raised."""
+    mlflow_client = client()
+    try:
+        mlflow_client.log_inputs(run_id, datasets=[dataset_input])
+    except mlflow.exceptions.MlflowException:
+        mlflow_client.log_inputs(run_id, datasets=[dataset_input])
 
 
 @contextmanager
@@ -512,41 +260,6 @@ def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, voca
     return info.model_uri
 
 
-@contextmanager
-def file_lock(name: str) -> Iterator[None]:
-    """An exclusive lock among this machine's processes that share the tracking store, waited
-    for at most LOCK_TIMEOUT_S."""
-    from headstudy.common.errors import ConfigError
-
-    store = hashlib.sha256(tracking_uri().encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"headstudy-{store}-{name}.lock"
-    try:
-        handle = open(path, "a")
-    except OSError as error:
-        raise ConfigError(
-            f"cannot use the MLflow store {store_named()}: the lock file {path} cannot be "
-            f"created ({error.strerror or error})"
-        ) from None
-    with handle:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ConfigError(
-                        f"cannot use the MLflow store {store_named()}: another process has held "
-                        f"the lock {path} for over {LOCK_TIMEOUT_S:.0f} s; end that process, "
-                        "or try again"
-                    ) from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def study_run_name(identity: dict[str, str]) -> str:
     """`FOLDER @ DVC-EXPERIMENT` under `dvc exp run`, else `FOLDER @ YYYY-MM-DD HH:MM:SS UTC`, the
     time the execution started: `default @ bold-gull`, `studies/lr-tuning @ 2025-01-31 12:00:00 UTC`."""
@@ -556,10 +269,13 @@ def study_run_name(identity: dict[str, str]) -> str:
 
 def open_study_run() -> str:
     """The parent run of this study execution, RUNNING: the open one with this execution's
-    identity, or a new one. Under a file lock, so that stages running in parallel agree."""
+    identity, or a new one. Under a file lock, so that stages running in parallel agree.
+    Only stages that DVC runs belong to the studies' experiment: a report made by hand
+    (`headstudy report` outside `dvc repro`) is a run of the by-hand experiment, as a training
+    by hand is, and never shares a study's parent run."""
     identity = study_identity()
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    experiment = experiment_id()
+    experiment = experiment_id(run_experiment())
     mlflow_client = client()
     with file_lock(f"study-{key}"):
         found = mlflow_client.search_runs(
@@ -586,6 +302,10 @@ def open_study_run() -> str:
                 f"One execution of the study in {identity['study.folder']}: the model runs it "
                 "trained are nested beneath; the report stage logs the report and the comparison "
                 "metrics here and closes it (tag study.state)."
+                if in_pipeline()
+                else f"A report made by hand (`headstudy report` outside `dvc repro`) in "
+                f"{identity['study.folder']}: its files and comparison metrics. The studies' own "
+                f"runs are in the experiment `{EXPERIMENT}`."
             ),
         }
         run = mlflow_client.create_run(experiment, tags=tags, run_name=study_run_name(identity))
@@ -620,7 +340,8 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
     from headstudy.analysis.headline import report_metrics
 
     metrics = report_metrics(summary)
-    log_metrics(run_id, metrics)
+    # At 4 significant digits, as a reader compares them: summary.json keeps the exact values.
+    log_metrics(run_id, {key: significant(value) for key, value in metrics.items()})
     for path in map(Path, artifacts):
         if path.is_dir():
             mlflow_client.log_artifacts(run_id, str(path), path.name)
@@ -628,8 +349,10 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
             mlflow_client.log_artifact(run_id, str(path))
     mlflow_client.set_tag(run_id, STUDY_STATE, "closed")
     leave_study_run(run_id)
-    save_results_view(mlflow_client, experiment_id(), sorted(key for key in metrics if key.endswith("/per_token")))
-    print(f"report: logged to the study's MLflow run {run_id}; `mlflow ui`, then {ui_url()}")
+    experiment = experiment_id(run_experiment())
+    save_results_view(mlflow_client, experiment, dashboard_metrics(metrics))
+    whose = "the study's" if in_pipeline() else f"the {BY_HAND_EXPERIMENT} experiment's"
+    print(f"report: logged to {whose} MLflow run {run_id}; `mlflow ui`, then {ui_url(experiment=experiment)}")
     return run_id
 
 
@@ -667,78 +390,6 @@ def change_status(run_id: str, was: int, becomes: int) -> None:
         return
     if run.info.status == RunStatus.to_string(was):
         mlflow_client.set_terminated(run_id, RunStatus.to_string(becomes))
-
-
-def get_run(run_id: str):
-    try:
-        return client().get_run(run_id)
-    except mlflow.exceptions.MlflowException:
-        raise LookupError(f"run {run_id!r} not found in the MLflow store {redact(tracking_uri())}") from None
-
-
-def download_artifact(run_id: str, artifact_path: str, destination: Path) -> Path:
-    return Path(client().download_artifacts(run_id, artifact_path, str(destination)))
-
-
-def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
-    """(step, value) in step order; one value per step, the latest logged."""
-    latest = {m.step: m for m in sorted(client().get_metric_history(run_id, key), key=lambda m: m.timestamp)}
-    return [(step, latest[step].value) for step in sorted(latest)]
-
-
-def check_store() -> None:
-    """Open the store (creating it if new) before any work: a store that cannot be opened stops
-    the command with one line, within seconds, instead of a traceback from deep inside MLflow
-    (or, for a server that is down, after MLflow's four minutes of retries)."""
-    from headstudy.common.errors import ConfigError, first_line
-
-    uri = tracking_uri()
-    probe_network_store(uri)
-    try:
-        with bounded_http_retries(uri):
-            experiment_id()
-    except ConfigError:
-        raise
-    except Exception as error:  # whatever the backend raises, the store is unusable
-        raise ConfigError(f"cannot open the MLflow store {store_named()}: {redact(first_line(error))}") from None
-
-
-def probe_network_store(uri: str) -> None:
-    """A store on another machine (an `mlflow server`, a database) must accept a connection
-    within PROBE_TIMEOUT_S; nothing listening is one line at once."""
-    from headstudy.common.errors import ConfigError
-
-    try:
-        parts = urlsplit(uri)
-        host, port = parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme.split("+")[0].lower())
-    except ValueError:  # a port that is no number: MLflow says what is wrong with the URI
-        return
-    if not host or not port:
-        return
-    try:
-        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
-    except OSError as error:
-        reason = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error))
-        raise ConfigError(
-            f"cannot open the MLflow store {store_named()}: nothing accepts a connection at "
-            f"{host}:{port} ({reason}); start the server, or correct the address"
-        ) from None
-
-
-@contextmanager
-def bounded_http_retries(uri: str) -> Iterator[None]:
-    """For an `mlflow server`, MLflow's HTTP retries cut to CHECK_HTTP_SETTINGS (where the
-    environment sets none), for this block only; a later request retries as MLflow does."""
-    if not uri.lower().startswith(("http://", "https://")):
-        yield
-        return
-    added = {key: value for key, value in CHECK_HTTP_SETTINGS.items() if key not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)
 
 
 def find_training_run(name: str, weights_sha256: str) -> str | None:
