@@ -3,6 +3,7 @@ mistyped key, option or command. Run as a user runs it, through the installed co
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import yaml
@@ -25,21 +26,55 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
 def test_help_exits_zero_and_lists_every_command():
     result = headstudy("--help")
     assert result.returncode == 0
-    listed = [line.split()[0] for line in result.stdout.split("commands:\n")[1].splitlines() if line.startswith("  ")]
+    listed = [
+        line.split()[0]
+        for line in result.stdout.split("commands:\n")[1].splitlines()
+        if line.startswith("  ") and not line.startswith("   ")  # not a wrapped summary's next line
+    ]
     assert listed == list(COMMANDS)
 
 
 def test_command_help_describes_it_and_names_its_config_groups_and_their_options():
     result = headstudy("train", "--help")
     assert result.returncode == 0
-    text = result.stdout
+    text = " ".join(result.stdout.split())  # as read, whatever the wrapping
     assert text.startswith("usage: headstudy train [key=value ...]")
     assert "one model of the study" in text
-    groups = {line.split()[0]: line for line in text.splitlines() if "options:" in line}
+    groups = {line.split()[0]: line for line in result.stdout.splitlines() if "options:" in line}
     assert set(groups) == {"data", "model", "trainer", "optimizer"}
     assert "course (default), tiny" in groups["model"] and "ptb (default), textdir" in groups["data"]
     assert "conf/variants/NAME.yaml: mix, nomix" in text
     assert "max_steps=3000" in text and "lr=0.003" in text  # each key with the value a run here gets
+
+
+def test_command_help_shows_what_the_given_overrides_compose_and_what_conf_says_of_each_key():
+    result = headstudy("train", "--help", "variant=4", "model=tiny")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.split() == ["n_heads=4"] for line in lines)  # model=tiny with variant=4
+    assert any(line.split() == ["width=32"] for line in lines)
+    assert any(line.split() == ["lr=0.006"] for line in lines)  # variant 4's own rate, from params.yaml
+    text = " ".join(result.stdout.split())
+    assert "with variant=4 model=tiny" in text and "model/tiny.yaml: For tests and quick looks" in text
+    assert any(line.split()[:1] == ["val_every_steps=300"] and "resume checkpoint" in line for line in lines)
+
+
+def test_help_is_wrapped_to_the_terminal():
+    for columns in (70, 120):
+        result = subprocess.run(
+            ["headstudy", "train", "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": str(columns)},
+        )
+        assert result.returncode == 0
+        assert max(map(len, result.stdout.splitlines())) <= columns, result.stdout
+    assert max(map(len, headstudy("--help").stdout.splitlines())) <= 100  # off a terminal
+
+
+def test_help_refuses_overrides_it_cannot_compose_in_one_line():
+    assert "model.n_head" in one_error_line(headstudy("train", "--help", "model.n_head=4"))
 
 
 def test_every_command_has_help():

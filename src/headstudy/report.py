@@ -29,7 +29,7 @@ from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
 from headstudy.analysis.sweep import sweep_section
 from headstudy.analysis.wording import interval, label
-from headstudy.bookkeeping import guards, tracking
+from headstudy.bookkeeping import guards, progress, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import load_stats
@@ -241,9 +241,9 @@ def study_report(
     ]
     if settings.get("inspect"):
         blocks += heads_blocks(inputs["heads"], labels)
-    print(results_table(rows, baselines, stats["vocab_size"]).to_string(index=False))
+    progress.print_table(results_table(rows, baselines, stats["vocab_size"]))
     for comparison in found:
-        print(verdict(comparison))
+        progress.print_wrapped(verdict(comparison))
     return blocks, summary
 
 

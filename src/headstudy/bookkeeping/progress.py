@@ -1,19 +1,33 @@
-"""What a training shows while it runs: its speed, one progress bar, and no routine noise.
-Nothing here changes what is trained."""
+"""What a training shows while it runs: its speed, one progress bar, which of the study's
+trainings it is and how long the study has left, and no routine noise; and the tables a stage
+prints at its end, at most 120 columns wide. Nothing here changes what is trained."""
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
 import sys
+import textwrap
 import time
 import warnings
+from dataclasses import dataclass
+from pathlib import Path
 
 import lightning as L
+import yaml
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from headstudy.bookkeeping.ranks import ResumeStepsAgree
+from headstudy.common.errors import ConfigError
+from headstudy.formats.runconfig import read_config
+from headstudy.formats.trained import MODEL_FILE, check_saved_config, model_dir
+
+# The widest a stage's closing table or sentence is printed, whatever the terminal: wider lines
+# wrap in a 120-column terminal and in most log viewers.
+MAX_COLUMNS = 120
 
 
 class Throughput(L.Callback):
@@ -42,6 +56,100 @@ class Throughput(L.Callback):
         return steps * self.tokens_per_step / elapsed if elapsed > 0 else float("nan")
 
 
+@dataclass
+class StudyPosition:
+    """Where one training stands in its study: the index-th of total, after `trained` models of
+    the study that are already trained with their current config, and before `steps_after` steps
+    of the study's other models that are not."""
+
+    name: str
+    index: int
+    total: int
+    trained: int
+    steps_after: int
+
+    def header(self) -> str:
+        left = self.total - self.trained - 1
+        return (
+            f"train: {self.name}: training {self.index} of {self.total} in the study "
+            f"({self.trained} trained, {left} to train after this one)"
+        )
+
+
+def config_argument(argv: list[str]) -> Path | None:
+    """The file after `--config` in a stage's command line (`headstudy train --config FILE`)."""
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag == "--config":
+            return Path(value)
+    return None
+
+
+def is_trained(config_file: Path) -> bool:
+    """The model of a training config is in its folder, trained with that config."""
+    try:
+        config = read_config(config_file)
+        directory = model_dir(config)
+        check_saved_config(directory, config)
+    except (ConfigError, OSError, yaml.YAMLError, AttributeError, KeyError):
+        return False
+    return (directory / MODEL_FILE).is_file()
+
+
+def study_position(argv: list[str] | None = None) -> StudyPosition | None:
+    """Under DVC (DVC_STAGE set), for `--config configs/train/NAME.yaml`: the study's models are
+    those of configs/report.yaml, in that order, and a model counts as trained when its folder
+    holds a model trained with its current config (DVC deletes a stale stage's outputs only when
+    it runs that stage). None for a run by hand, or when the study's files cannot be read."""
+    if "DVC_STAGE" not in os.environ:
+        return None
+    config_file = config_argument(sys.argv if argv is None else argv)
+    if config_file is None:
+        return None
+    report_file = config_file.parent.parent / "report.yaml"
+    try:
+        names = [str(model["name"]) for model in yaml.safe_load(report_file.read_text())["models"]]
+    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        return None
+    name = config_file.stem
+    if name not in names:
+        return None
+    trained, steps_after = 0, 0
+    for other in names:
+        if other == name:
+            continue
+        other_file = config_file.parent / f"{other}.yaml"
+        if is_trained(other_file):
+            trained += 1
+        else:
+            try:
+                steps_after += int(read_config(other_file).trainer.max_steps)
+            except (ConfigError, OSError, AttributeError, ValueError, TypeError):
+                pass  # its stage will refuse it; its time is unknown
+    return StudyPosition(name, trained + 1, len(names), trained, steps_after)
+
+
+def duration(seconds: float) -> str:
+    """`about 41 min`, `about 1 h 05 min`, `under a minute`."""
+    if not math.isfinite(seconds):
+        return "unknown"
+    minutes = round(seconds / 60)
+    if minutes < 1:
+        return "under a minute"
+    hours, minutes = divmod(minutes, 60)
+    return f"about {hours} h {minutes:02d} min" if hours else f"about {minutes} min"
+
+
+def mlflow_ui_hint() -> str | None:
+    """The training's last line gives its MLflow run's address on MLflow's port 5000, which
+    nothing serves until `mlflow ui` runs: how to start it, unless runs go to a server."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if "://" in uri and not uri.startswith("sqlite:") and not uri.startswith("file:"):
+        return None  # a server's own address
+    store = uri or "sqlite:///mlflow.db"
+    where = "" if uri else " in the project's folder"
+    return f"train: MLflow: the address below opens once `mlflow ui --backend-store-uri {store}` runs{where}"
+
+
 def on_terminal() -> bool:
     """Standard output is a terminal, which redraws a bar in place; a log file or a pipe (a
     `dvc repro` whose output is kept, a scheduler's log) keeps every redraw as a line."""
@@ -57,10 +165,42 @@ class StepProgressBar(TQDMProgressBar):
     default counts epochs, which here are only validation intervals. On a terminal a second bar
     shows each validation as it runs; elsewhere each validation is one line when it ends."""
 
-    def __init__(self, throughput: Throughput, refresh_rate: int = 10):
+    def __init__(self, throughput: Throughput, refresh_rate: int = 10, position: StudyPosition | None = None):
         super().__init__(refresh_rate=refresh_rate)
         self.throughput = throughput
         self.validation_started = 0.0
+        self.position = position
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.position is not None and trainer.is_global_zero:
+            print(self.position.header(), flush=True)  # before the bar, on a line of its own
+        super().on_train_start(trainer, pl_module)
+
+    def study_time_left(self, trainer) -> float:
+        """Seconds until the study's last model is trained, at this training's speed so far and
+        one training at a time: the rest of this one and every model not yet trained."""
+        if self.position is None:
+            return float("nan")
+        steps = trainer.max_steps - trainer.global_step + self.position.steps_after
+        return steps * self.throughput.tokens_per_step / self.throughput.rate(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        super().on_train_end(trainer, pl_module)
+        if not trainer.is_global_zero:
+            return
+        hint = mlflow_ui_hint()
+        if hint and trainer.logger is not None:
+            print(hint, flush=True)
+        if self.position is None:
+            return
+        left = self.position.total - self.position.trained - 1
+        rate = self.throughput.rate(trainer)
+        if left and math.isfinite(rate):
+            print(
+                f"train: study: {left} of {self.position.total} trainings left, "
+                f"{duration(self.study_time_left(trainer))} one at a time at this training's {rate:,.0f} tokens/s",
+                flush=True,
+            )
 
     def init_train_tqdm(self) -> Tqdm:
         return Tqdm(
@@ -101,8 +241,11 @@ class StepProgressBar(TQDMProgressBar):
             if key.startswith("val")
         )
         took = time.perf_counter() - self.validation_started
+        left = self.study_time_left(trainer)
+        study = f"; study left: {duration(left)}" if math.isfinite(left) else ""
         # On a line of its own: the training bar's redraws so far share one line, unended.
-        sys.stdout.write(f"\nValidation at step {trainer.global_step}: {results or 'done'} ({took:.1f} s)\n")
+        step = f"{trainer.global_step}/{trainer.max_steps}"
+        sys.stdout.write(f"\nValidation at step {step}: {results or 'done'} ({took:.1f} s){study}\n")
         sys.stdout.flush()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
@@ -122,6 +265,9 @@ class StepProgressBar(TQDMProgressBar):
         tokens_per_sec = self.throughput.rate(trainer)
         if math.isfinite(tokens_per_sec):
             metrics["tokens/s"] = f"{tokens_per_sec:,.0f}"
+        left = self.study_time_left(trainer)
+        if math.isfinite(left):
+            metrics["study left"] = duration(left).removeprefix("about ")
         return metrics
 
 
@@ -134,10 +280,20 @@ class DropMessages(logging.Filter):
         return not record.getMessage().startswith(self.prefixes)
 
 
+# Lightning's informational lines, which every training repeats and none of which concerns a
+# user of this study: `Seed set to 0`, `GPU available: False, used: False`, `TPU available: ...`,
+# `Trainer.fit stopped: max_steps=3000 reached.` (written to stderr onto the end of the bar,
+# which then drew a second copy of itself), the cloud logger's advert. Lightning's documented
+# way to quiet its console output is the level of its loggers; warnings stay.
+ROUTINE_INFO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed")
+
+
 def quiet_routine_warnings() -> None:
     """Silence what every training would print and nothing in it concerns a user of this study:
-    Lightning's advert for its cloud logger, and a deprecation inside Lightning's own use of torch.
-    Warnings about our settings or data stay."""
+    Lightning's informational lines (ROUTINE_INFO_LOGGERS) and a deprecation inside Lightning's
+    own use of torch. Warnings about our settings or data stay."""
+    for name in ROUTINE_INFO_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(existing, DropMessages) for existing in rank_zero.filters):
         rank_zero.addFilter(DropMessages("💡 Tip: For seamless cloud logging"))
@@ -147,7 +303,55 @@ def quiet_routine_warnings() -> None:
     )
 
 
+def terminal_width() -> int:
+    """The terminal's width (COLUMNS where set; 120 off a terminal), at most MAX_COLUMNS."""
+    return max(40, min(MAX_COLUMNS, shutil.get_terminal_size((MAX_COLUMNS, 24)).columns))
+
+
+def closing_console():
+    """A rich console for what a stage prints at its end: no markup (`[18.59, 18.78]` is a
+    number, not a style), no guessing of colours in numbers, the width of terminal_width()."""
+    from rich.console import Console  # installed with DVC
+
+    return Console(file=sys.stdout, width=terminal_width(), markup=False, highlight=False, emoji=False)
+
+
+def print_table(frame) -> None:
+    """A pandas table as a rich table that fits terminal_width(): a header wraps at its words to
+    the width of its column's widest cell, text cells wrap at words within their column, and a
+    number is broken only on a terminal too narrow for every number whole; numbers right-aligned.
+    Every row stays one row instead of wrapping across the terminal."""
+    from rich import box
+    from rich.table import Table
+
+    columns = []
+    for column in frame.columns:
+        values = [str(value) for value in frame[column]]
+        widest = max((len(value) for value in values), default=1)
+        header = textwrap.fill(str(column), width=max(widest, 1), break_long_words=False)
+        numeric = all(value == "" or value[:1] in "0123456789+-[" for value in values)
+        longest_word = max((len(word) for value in [header, *values] for word in value.split()), default=1)
+        narrowest = max(widest, longest_word) if numeric else min(longest_word, 12)
+        columns.append((header, numeric, narrowest))
+    # Two columns of padding between columns and one at either edge.
+    numbers_whole = sum(narrowest for _, _, narrowest in columns) + 2 * len(columns) <= terminal_width()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for header, numeric, narrowest in columns:
+        if numeric and numbers_whole:
+            table.add_column(header, justify="right", no_wrap=True, min_width=narrowest)
+        else:
+            table.add_column(header, justify="right" if numeric else "left", overflow="fold")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(str(value) for value in row))
+    closing_console().print(table)
+
+
+def print_wrapped(text: str) -> None:
+    """A sentence wrapped at terminal_width()."""
+    closing_console().print(text)
+
+
 def watchers(throughput: Throughput) -> list[L.Callback]:
     """The callbacks that watch a training without changing it: its speed, its progress, and
     that all its processes start from the same step."""
-    return [throughput, StepProgressBar(throughput), ResumeStepsAgree()]
+    return [throughput, StepProgressBar(throughput, position=study_position()), ResumeStepsAgree()]

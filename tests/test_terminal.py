@@ -1,0 +1,109 @@
+"""What a study prints in the terminal: no Lightning boilerplate, which of the study's trainings
+runs ("training k of N") and the study's time left, and closing tables that fit 120 columns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from conftest import ROOT, headstudy_environment
+
+from headstudy.analysis.statistics import verdict
+from headstudy.bookkeeping import progress
+from headstudy.report import results_table
+
+BOILERPLATE = ("GPU available", "TPU available", "HPU available", "Seed set", "`Trainer.fit` stopped")
+
+
+@pytest.mark.slow
+def test_each_training_of_a_study_says_which_of_n_it_is_without_lightning_boilerplate(small_corpus, tmp_path):
+    """Two trainings as DVC runs them (DVC_STAGE set, `--config configs/train/NAME.yaml`, the
+    study's models in configs/report.yaml), off a terminal as under a kept log."""
+    study = tmp_path / "study"
+    (study / "configs" / "train").mkdir(parents=True)
+    names = ["h1-s0", "h4-s0"]
+    settings = [
+        *small_corpus,
+        "model=tiny",
+        "threads=1",
+        "trainer.max_steps=20",
+        "trainer.val_every_steps=10",
+        f"paths.models={study / 'models'}",
+        f"paths.metrics={study / 'metrics'}",
+        f"paths.checkpoints={study / 'checkpoints'}",
+    ]
+    for name, variant in zip(names, ["1", "4"], strict=True):
+        composed = subprocess.run(
+            ["headstudy", "config", f"variant={variant}", "seed=0", *settings],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        (study / "configs" / "train" / f"{name}.yaml").write_text(composed.stdout)
+    (study / "configs" / "report.yaml").write_text(yaml.safe_dump({"models": [{"name": name} for name in names]}))
+    environment = headstudy_environment(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    outputs = []
+    for index, name in enumerate(names, start=1):
+        result = subprocess.run(
+            ["headstudy", "train", "--config", f"configs/train/{name}.yaml"],
+            cwd=study,
+            env={**environment, "DVC_STAGE": f"train@{name}"},
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        output = result.stdout + result.stderr
+        outputs.append(output)
+        assert f"train: {name}: training {index} of 2 in the study ({index - 1} trained" in output, output
+        assert "study left:" in output, output
+        for line in BOILERPLATE:
+            assert line not in output, output
+    assert "train: study: 1 of 2 trainings left" in outputs[0]
+    assert "`mlflow ui --backend-store-uri" in outputs[0]  # the address printed below is served once it runs
+
+
+def test_a_training_by_hand_has_no_study_position(monkeypatch):
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    assert progress.study_position(["headstudy", "train", "--config", "configs/train/h4-s0.yaml"]) is None
+
+
+def test_a_study_position_counts_the_models_trained_with_their_config(tmp_path, monkeypatch):
+    """Models without a trained folder are still to train, with their configs' steps."""
+    monkeypatch.setenv("DVC_STAGE", "train@4-0")
+    train = tmp_path / "configs" / "train"
+    train.mkdir(parents=True)
+    for name in ("h1-s0", "h4-s0", "h4-s1"):
+        (train / f"{name}.yaml").write_text(
+            yaml.safe_dump({"name": name, "paths": {"models": str(tmp_path / "models")}, "trainer": {"max_steps": 30}})
+        )
+    (tmp_path / "configs" / "report.yaml").write_text(
+        yaml.safe_dump({"models": [{"name": n} for n in ("h1-s0", "h4-s0", "h4-s1")]})
+    )
+    position = progress.study_position(["headstudy", "train", "--config", str(train / "h4-s0.yaml")])
+    assert position == progress.StudyPosition("h4-s0", 1, 3, 0, 60)
+    assert position.header() == "train: h4-s0: training 1 of 3 in the study (0 trained, 2 to train after this one)"
+
+
+def test_durations_read_as_minutes():
+    assert progress.duration(20) == "under a minute"
+    assert progress.duration(41 * 60) == "about 41 min"
+    assert progress.duration(65 * 60) == "about 1 h 05 min"
+
+
+@pytest.mark.parametrize("columns", [200, 120, 80])
+def test_the_closing_table_and_verdicts_fit_the_terminal_and_120_columns(columns, monkeypatch, capsys):
+    """The report stage's closing table of the committed study, on a wide terminal, a 120-column
+    one and an 80-column one: no line wider than the terminal or 120."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    summary = json.loads((ROOT / "reports" / "summary.json").read_text())
+    progress.print_table(results_table(summary["rows"], summary["baselines"], 1024))
+    for comparison in summary["comparisons"]:
+        progress.print_wrapped(verdict(comparison))
+    printed = capsys.readouterr().out
+    assert "Model" in printed and "Bigram" in printed and "Seeds" in printed  # no column dropped
+    if columns >= 120:  # unwrapped cells
+        assert "4 heads, no output projection" in printed and "[17.72, 18.15]" in printed
+    assert max(len(line.rstrip()) for line in printed.splitlines()) <= min(columns, 120), printed
