@@ -29,7 +29,7 @@ def committed() -> tuple[list[dict], dict]:
     metrics = report.study_metrics(SWEEP / "metrics", OmegaConf.to_container(config.models))
     bigram = read_json(SWEEP / config.paths.baselines)["bigram"]["test_ppl"]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
-    rows = report.summarise(metrics, [str(v) for v in study["variants"]], labels, bigram)
+    rows = report.perplexity_by_variant(metrics, [str(v) for v in study["variants"]], labels, bigram)
     return rows, read_json(SWEEP / "reports" / "summary.json")
 
 

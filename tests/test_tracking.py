@@ -25,7 +25,7 @@ import yaml
 from conftest import ROOT, default_interrupt, default_signals, served_mlflow
 from tinyproject import set_threads
 
-from headstudy.analysis.headline import headline
+from headstudy.analysis.headline import report_metrics
 from headstudy.analysis.statistics import paired_difference
 from headstudy.bookkeeping import dashboard, tracking
 from headstudy.formats.trained import load_model
@@ -308,7 +308,7 @@ def test_the_dashboard_leads_with_test_perplexity_and_the_comparisons_cis_groupe
             {"variant_a": "1", "variant_b": "4", **paired_difference({0: 40.0, 1: 42.0}, {0: 30.0, 1: 33.0}, "a", "b")}
         ],
     }
-    headline_keys = dashboard.dashboard_metrics(headline(summary))
+    headline_keys = dashboard.dashboard_metrics(report_metrics(summary))
     assert headline_keys == [
         "test_ppl/1",
         "test_ppl/4",
