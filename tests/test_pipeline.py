@@ -161,6 +161,7 @@ def test_a_refused_study_deletes_no_output(project):
 def test_adding_a_head_count_trains_only_the_new_model(project):
     earlier = {r.info.run_id for r in runs(project)}
     edit_params(project, "study", variants=[1, "1-mix", 4])
+    edit_params(project, "report", compare=[[1, 4], ["1-mix", 4]])  # configure refuses pairs of absent variants
     result = run(project, "dvc", "repro")
     assert ran_stages(result.stdout) == {"configure", "train@4-0", "evaluate@4-0", "inspect", "report"}
     summary = json.loads((project / "reports/summary.json").read_text())
