@@ -182,7 +182,10 @@ class StepProgressBar(TQDMProgressBar):
         if self.position is None:
             return float("nan")
         steps = trainer.max_steps - trainer.global_step + self.position.steps_after
-        return steps * self.throughput.tokens_per_step / self.throughput.rate(trainer)
+        rate = self.throughput.rate(trainer)
+        if not rate > 0:  # no step timed yet, as right after a resume
+            return float("nan")
+        return steps * self.throughput.tokens_per_step / rate
 
     def on_train_end(self, trainer, pl_module) -> None:
         super().on_train_end(trainer, pl_module)
