@@ -45,19 +45,24 @@ def train(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     command = ["headstudy", "train", *TINY_RUN, *corpus, *extra]
     env = headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}")
     if not wait:
-        # preexec_fn: the test may send SIGTERM (a preemption), which an inherited ignore would swallow.
-        return subprocess.Popen(
-            command,
-            cwd=folder,
-            env=env,
-            start_new_session=True,
-            preexec_fn=default_signals,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        return started(command, folder, env)
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def started(command: list[str], folder: Path, env: dict) -> subprocess.Popen:
+    """The command running in the background, in a session of its own, with SIGINT and SIGTERM at
+    their defaults: the test may send SIGTERM (a preemption), which an inherited ignore would swallow."""
+    return subprocess.Popen(
+        command,
+        cwd=folder,
+        env=env,
+        start_new_session=True,
+        preexec_fn=default_signals,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def torchrun(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
@@ -79,16 +84,7 @@ def torchrun(folder: Path, corpus: list[str], *extra: str, wait: bool = True):
     ]
     env = headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}")
     if not wait:
-        # preexec_fn: the test may send SIGTERM (a preemption), which an inherited ignore would swallow.
-        return subprocess.Popen(
-            command,
-            cwd=folder,
-            env=env,
-            start_new_session=True,
-            preexec_fn=default_signals,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        return started(command, folder, env)
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
