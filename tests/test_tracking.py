@@ -72,6 +72,7 @@ def tiny_project(project: Path) -> None:
         model={"preset": "tiny"},
         trainer={"max_steps": 25, "val_every_steps": 10},
     )
+    params["report"]["compare"] = []  # one variant: no pairs (configure refuses pairs of absent variants)
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     command(project, "git", "init", "-q")
     command(project, "dvc", "init", "-q")
@@ -264,6 +265,7 @@ def test_dvc_plots_show_only_the_current_study_and_need_no_network(tmp_path):
     shutil.copy(ROOT / "dvc.yaml", project)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["study"] = {"variants": [1], "seeds": [0]}
+    params["report"]["compare"] = []
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     command(project, "git", "init", "-q")
     command(project, "dvc", "init", "-q")
