@@ -363,6 +363,10 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
             "report.seed_claim in params.yaml is now report.chapter_claim",
         ),
         (
+            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t", "pool_if_variance_ratio_below": "4"}},
+            "report.pool_if_variance_ratio_below in params.yaml: expected a number above 1",
+        ),
+        (
             {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"lr": ".nan"}},
             "optimizer.lr must be a finite positive number",
         ),

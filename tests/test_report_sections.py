@@ -32,28 +32,60 @@ def test_the_2x2_is_found_from_the_variant_names_and_only_when_complete():
     assert comparisons.factorial_cells(["1", "2", "4", "8"]) is None
 
 
-def test_2x2_contrasts_estimate_the_chapter_the_main_effects_and_the_interaction():
-    means = np.array([0.0, 0.01, -0.02, -0.03])  # log ppl of 1, 1-mix, 4-nomix, 4 above a common level
-    noise = 0.001 * np.array([[1, -1, 0], [-1, 1, 0], [1, -1, 0], [-1, 1, 0]])  # cancels per variant and seed
-    fit = additive_fit(3 + means[:, None] + np.array([0.0, 0.05, -0.02])[None, :] + noise)
-    results = {
+def factorial(log_ppl: np.ndarray, pooled: bool) -> dict:
+    return {
         r["name"]: r
         for r in comparisons.factorial_contrasts(
-            fit, VARIANTS, comparisons.factorial_cells(VARIANTS), {"a": 1, "b": 4}, {}, tokens_per_word=2.0
+            additive_fit(log_ppl),
+            log_ppl,
+            VARIANTS,
+            comparisons.factorial_cells(VARIANTS),
+            {},
+            tokens_per_word=2.0,
+            pooled=pooled,
         )
     }
-    assert results["chapter"]["log_ratio"] == pytest.approx(-0.03)  # 4 against 1
+
+
+MEANS = np.array([0.0, 0.01, -0.02, -0.03])  # log ppl of 1, 1-mix, 4-nomix, 4 above a common level
+SEED_EFFECTS = np.array([0.0, 0.05, -0.02])
+
+
+def test_2x2_contrasts_estimate_the_main_effects_the_interaction_and_the_four_simple_effects():
+    noise = 0.001 * np.array([[1, -1, 0], [-1, 1, 0], [1, -1, 0], [-1, 1, 0]])  # cancels per variant and seed
+    results = factorial(3 + MEANS[:, None] + SEED_EFFECTS[None, :] + noise, pooled=True)
     assert results["heads"]["log_ratio"] == pytest.approx(-0.03)  # mean of -0.02 (no projection) and -0.04 (with)
     assert results["projection"]["log_ratio"] == pytest.approx(0.0, abs=1e-12)  # +0.01 for 1 head, -0.01 for 4
     assert results["interaction"]["log_ratio"] == pytest.approx(-0.02)
-    assert results["equal_parameters"]["log_ratio"] == pytest.approx(-0.02)  # 4 heads against 1, no projection
+    assert results["split_with_projection"]["log_ratio"] == pytest.approx(-0.04)  # 4 against 1-mix
+    assert results["split_without_projection"]["log_ratio"] == pytest.approx(-0.02)  # 4-nomix against 1
+    assert results["projection_with_many"]["log_ratio"] == pytest.approx(-0.01)  # 4 against 4-nomix
+    assert results["projection_with_few"]["log_ratio"] == pytest.approx(0.01)  # 1-mix against 1
     assert results["heads"]["log_ratio_per_word"] == pytest.approx(-0.06)
-    assert [r["pre_stated"] for r in results.values()] == [True, True, False, False, False]
-    assert "p_holm" not in results["chapter"] and "p_holm" not in results["heads"]
-    # The exploratory three are adjusted as one family, by the project's Holm (test_statistics checks it).
-    names = ["equal_parameters", "projection", "interaction"]
+    assert [name for name, r in results.items() if r["pre_stated"]] == ["heads", "split_with_projection"]
+    assert results["split_with_projection"]["pair"] == ("1-mix", "4")
+    # The exploratory five are adjusted as one family, by the project's Holm (test_statistics checks it).
+    names = [name for name, r in results.items() if not r["pre_stated"]]
     adjusted = holm([results[name]["p"] for name in names])
     assert [results[name]["p_holm"] for name in names] == pytest.approx(adjusted)
+
+
+def test_a_simple_effect_is_always_the_paired_comparison_and_the_rest_pool_only_when_allowed():
+    rng = np.random.default_rng(0)
+    scatter = np.array([0.002, 0.002, 0.02, 0.002])[:, None]  # 4-nomix's seeds scatter ten times more
+    log_ppl = 3 + MEANS[:, None] + SEED_EFFECTS[None, :] + scatter * rng.standard_normal((4, 3))
+    ppl = {v: dict(zip([0, 1, 2], np.exp(row), strict=True)) for v, row in zip(VARIANTS, log_ppl, strict=True)}
+    for pooled in (True, False):
+        results = factorial(log_ppl, pooled)
+        paired = paired_difference(ppl["1"], ppl["4-nomix"], "1", "4-nomix")
+        simple = results["split_without_projection"]
+        assert simple["method"] == "paired"
+        assert simple["log_ratio"] == pytest.approx(paired["log_ratio"])
+        assert simple["log_ratio_ci95"] == pytest.approx(paired["log_ratio_ci95"])
+        assert results["heads"]["method"] == ("pooled" if pooled else "per-seed")
+    # Per seed, the main effect of heads is the mean of the seed's two head contrasts.
+    per_seed = 0.5 * (log_ppl[3] - log_ppl[1]) + 0.5 * (log_ppl[2] - log_ppl[0])
+    assert factorial(log_ppl, pooled=False)["heads"]["per_seed_log_ratio"] == pytest.approx(per_seed)
 
 
 def test_the_chapter_s_claim_is_compared_by_the_sign_of_its_log_ratio_only():

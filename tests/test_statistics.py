@@ -11,9 +11,11 @@ from headstudy.analysis.statistics import (
     holm,
     mean_ci95,
     paired_difference,
+    per_seed_contrast,
     perplexity_ci95,
     polynomial_trend,
     union_combinations,
+    variance_ratio,
     verdict,
 )
 
@@ -190,3 +192,39 @@ def test_unions_take_every_choice_of_k_members_or_all_when_there_are_fewer():
 )
 def test_a_model_exceeds_the_null_only_when_every_seed_beats_every_union(observed, complete, position):
     assert against_null(observed, [1.8, 2.0, 2.2], complete) == position
+
+
+def test_a_per_seed_contrast_is_a_student_t_interval_over_the_seeds_contrasts():
+    # Per seed, (row 2 - row 1) is 0.1, 0.2 and 0.3: mean 0.2, sd 0.1 on 2 degrees of freedom.
+    log_ppl = np.array([[1.0, 2.0, 3.0], [1.5, 2.4, 3.7], [1.6, 2.6, 4.0]])
+    result = per_seed_contrast(log_ppl, [0, -1, 1], tokens_per_word=2.0)
+    half_width = T_975_2DF * 0.1 / math.sqrt(3)
+    assert result["per_seed_log_ratio"] == pytest.approx([0.1, 0.2, 0.3])
+    assert result["log_ratio"] == pytest.approx(0.2)
+    assert result["log_ratio_ci95"] == pytest.approx([0.2 - half_width, 0.2 + half_width], abs=1e-5)
+    assert result["df"] == 2 and result["p"] == pytest.approx(2 * stats.t.sf(0.2 / (0.1 / math.sqrt(3)), 2))
+    assert result["log_ratio_per_word"] == pytest.approx(0.4)
+
+
+def test_a_per_seed_contrast_is_blind_to_a_variant_that_only_shifts_each_seed_alike():
+    # Row 0 scatters wildly from seed to seed, but the contrast leaves it out: its interval is
+    # that of rows 1 and 2 alone, where a pooled variance would borrow row 0's scatter.
+    log_ppl = np.array([[1.0, 9.0, -4.0], [1.5, 2.4, 3.7], [1.6, 2.6, 4.0]])
+    alone = per_seed_contrast(log_ppl[1:], [-1, 1])
+    within = per_seed_contrast(log_ppl, [0, -1, 1])
+    pooled = contrast(additive_fit(log_ppl), [0, -1, 1])
+    assert within["log_ratio_ci95"] == pytest.approx(alone["log_ratio_ci95"])
+    assert pooled["log_ratio_ci95"][1] - pooled["log_ratio_ci95"][0] > 10 * (
+        within["log_ratio_ci95"][1] - within["log_ratio_ci95"][0]
+    )
+
+
+def test_the_variance_ratio_is_the_largest_variant_residual_variance_over_the_smallest():
+    # Residuals that sum to 0 over variants and over seeds, so the additive model leaves exactly
+    # these: the variants' residual sums of squares are 8, 2 and 2.
+    residuals = np.array([[2.0, -2.0], [-1.0, 1.0], [-1.0, 1.0]])
+    log_ppl = np.array([[3.0], [3.1], [2.9]]) + np.array([[0.0, 0.5]]) + 0.01 * residuals
+    fit = additive_fit(log_ppl)
+    assert variance_ratio(fit) == pytest.approx(4.0)
+    # Each variant has (V-1)(S-1)/V = 2/3 of a degree of freedom of the 2 pooled ones.
+    assert fit["variant_residual_sd"] == pytest.approx(np.sqrt(np.array([8e-4, 2e-4, 2e-4]) / (2 / 3)))

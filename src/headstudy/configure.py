@@ -117,6 +117,12 @@ def check_report(params: dict) -> dict:
                 f"report.compare in {PARAMS_FILE} pairs {pair!r}, but study.variants ({', '.join(variants)}) "
                 f"has no {' and no '.join(missing)}: add it to study.variants or remove the pair"
             )
+    limit = report.get("pool_if_variance_ratio_below")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 1):
+        raise ConfigError(
+            f"report.pool_if_variance_ratio_below in {PARAMS_FILE}: expected a number above 1 (a ratio of "
+            f"variances), got {limit!r}"
+        )
     return report
 
 

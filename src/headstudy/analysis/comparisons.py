@@ -11,7 +11,15 @@ import numpy as np
 import pandas as pd
 
 from headstudy.analysis import report_figures
-from headstudy.analysis.statistics import additive_fit, contrast, holm, paired_difference, verdict
+from headstudy.analysis.statistics import (
+    additive_fit,
+    contrast,
+    holm,
+    paired_difference,
+    per_seed_contrast,
+    variance_ratio,
+    verdict,
+)
 from headstudy.analysis.wording import interval, label, p_is, p_value, signed
 from headstudy.formats.names import parse_variant
 
@@ -93,50 +101,45 @@ def factorial_cells(variants: list[str]) -> dict[tuple[int, bool], str] | None:
 
 
 def factorial_contrasts(
-    fit: dict, variants: list[str], cells: dict, claim: dict | None, labels: dict, tokens_per_word: float
+    fit: dict,
+    log_ppl: np.ndarray,
+    variants: list[str],
+    cells: dict,
+    labels: dict,
+    tokens_per_word: float,
+    pooled: bool,
 ) -> list[dict]:
-    """The chapter's comparison and the main effect of heads (both pre-stated); more heads at equal
-    parameters (both without the projection), the main effect of the output projection and the
-    interaction (exploratory, Holm-adjusted together); each from the pooled residual variance of
-    the additive model."""
+    """The main effects, the interaction and the four simple effects of the 2 x 2. The main
+    effect of heads and the split with the projection (the chapter's two builds of one and of
+    several heads at equal parameters) are pre-stated; the rest are exploratory and their p-values
+    Holm-adjusted together. A simple effect compares two variants, so it is their paired
+    comparison over seeds; the main effects and the interaction use the pooled residual variance
+    when `pooled` (every variant's seeds scatter alike), else per-seed contrasts as well."""
     (few, _), (many, _) = min(cells), max(cells)
 
     def cell(heads: int, projection: bool) -> str:
         return cells[(heads, projection)]
 
-    chapter_a, chapter_b = cell(few, False), cell(many, True)  # 1 head against 4, each as the chapter builds it
-    if claim and {str(claim["a"]), str(claim["b"])} <= set(variants):
-        chapter_a, chapter_b = str(claim["a"]), str(claim["b"])
-    b, a = label(chapter_b, labels), label(chapter_a, labels)
+    def name(heads: int, projection: bool) -> str:
+        return label(cell(heads, projection), labels).lower()
+
+    more, fewer = (f"{many} heads better", f"{many} heads worse")
+    helps = ("the projection helps", "the projection hurts")
     # name, label, pre-stated, weights, what a clearly negative and a clearly positive estimate mean
     definitions = [
-        (
-            "chapter",
-            f"{b} against {a} (the chapter's comparison)",
-            True,
-            {chapter_b: 1, chapter_a: -1},
-            (f"{b.lower()} better", f"{b.lower()} worse"),
-        ),
         (
             "heads",
             f"{many} heads against {few}, at equal projection (main effect of heads)",
             True,
             {cell(many, False): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(few, True): -0.5},
-            (f"{many} heads better", f"{many} heads worse"),
-        ),
-        (
-            "equal_parameters",
-            f"{many} heads against {few}, both without the projection (equal parameters)",
-            False,
-            {cell(many, False): 1, cell(few, False): -1},
-            (f"{many} heads better", f"{many} heads worse"),
+            (more, fewer),
         ),
         (
             "projection",
             "output projection against none, at equal heads (main effect of the projection)",
             False,
             {cell(few, True): 0.5, cell(few, False): -0.5, cell(many, True): 0.5, cell(many, False): -0.5},
-            ("the projection helps", "the projection hurts"),
+            helps,
         ),
         (
             "interaction",
@@ -148,13 +151,52 @@ def factorial_contrasts(
                 f"the projection does more good with {few} head{'s' if few > 1 else ''} than with {many}",
             ),
         ),
+        (
+            "split_with_projection",
+            f"the split, with the projection: {name(many, True)} against {name(few, True)}",
+            True,
+            {cell(many, True): 1, cell(few, True): -1},
+            (more, fewer),
+        ),
+        (
+            "split_without_projection",
+            f"the split, without the projection: {name(many, False)} against {name(few, False)}",
+            False,
+            {cell(many, False): 1, cell(few, False): -1},
+            (more, fewer),
+        ),
+        (
+            "projection_with_many",
+            f"the projection, given {many} heads: {name(many, True)} against {name(many, False)}",
+            False,
+            {cell(many, True): 1, cell(many, False): -1},
+            helps,
+        ),
+        (
+            "projection_with_few",
+            f"the projection, given {few} head{'s' if few > 1 else ''}: {name(few, True)} against {name(few, False)}",
+            False,
+            {cell(few, True): 1, cell(few, False): -1},
+            helps,
+        ),
     ]
     results = []
-    for name, text, pre_stated, weights, meaning in definitions:
-        result = contrast(fit, [weights.get(v, 0) for v in variants], tokens_per_word)
-        results.append({"name": name, "label": text, "pre_stated": pre_stated, "meaning": meaning, **result})
+    for key, text, pre_stated, weights, meaning in definitions:
+        row = [weights.get(v, 0) for v in variants]
+        simple = len(weights) == 2
+        result = (
+            contrast(fit, row, tokens_per_word)
+            if pooled and not simple
+            else per_seed_contrast(log_ppl, row, tokens_per_word)
+        )
+        method = "pooled" if pooled and not simple else ("paired" if simple else "per-seed")
+        pair = tuple(reversed(list(weights))) if simple else None  # (A, B) as in report.compare
+        results.append(
+            {"name": key, "label": text, "pre_stated": pre_stated, "meaning": meaning, "method": method}
+            | {"pair": pair, **result}
+        )
     exploratory = [r for r in results if not r["pre_stated"]]
-    for result, adjusted in zip(exploratory, holm([r["p"] for r in exploratory]), strict=False):
+    for result, adjusted in zip(exploratory, holm([r["p"] for r in exploratory]), strict=True):
         result["p_holm"] = adjusted
         result["significant"] = bool(adjusted < 0.05)
     return results
@@ -187,6 +229,7 @@ def contrast_table(results: list[dict]) -> pd.DataFrame:
         {
             "Contrast": [r["label"] for r in results],
             "Pre-stated": ["yes" if r["pre_stated"] else "no" for r in results],
+            "Analysis": [r["method"] for r in results],
             **log_ratio_columns(results),
             "p": [p_value(r["p"]) for r in results],
             "p, Holm-adjusted": [p_value(r["p_holm"]) if "p_holm" in r else "" for r in results],
@@ -194,21 +237,42 @@ def contrast_table(results: list[dict]) -> pd.DataFrame:
     )
 
 
-def factorial_blocks(contrasts: list[dict]) -> list:
+def pooling_check(ratio: float, limit: float | None) -> tuple[bool, str]:
+    """Whether a residual variance may be pooled over variants whose largest variance is `ratio`
+    times the smallest, by the study's limit (report.pool_if_variance_ratio_below), and why in
+    words. A study that sets no limit never pools."""
+    if limit is None:
+        return False, "and the study sets no limit (report.pool_if_variance_ratio_below)"
+    if ratio < limit:
+        return True, f"under the limit of {limit:g} (report.pool_if_variance_ratio_below)"
+    return False, f"not under the limit of {limit:g} (report.pool_if_variance_ratio_below)"
+
+
+def factorial_blocks(contrasts: list[dict], ratio: float, limit: float | None, compared: set[tuple[str, str]]) -> list:
+    """The 2 x 2's table, and a sentence for each contrast that the paired comparisons above do
+    not already give (one verdict per comparison)."""
+    pooled, outcome = pooling_check(ratio, limit)
+    check = f"Among its four variants the largest residual variance is {ratio:.1f} times the smallest, {outcome}"
+    methods = (
+        f"{check}, so the main effects and the interaction use the residual variance of the additive model of "
+        "these four, pooled."
+        if pooled
+        else f"{check}, so every contrast is computed within each seed and then given a Student-t interval over the "
+        "seeds (per-seed), which assumes nothing about how each variant's seeds scatter."
+    )
     return [
         ("heading", "Heads or projection: the 2 x 2"),
         (
             "text",
-            "The four variants cross head count with the output projection that mixes the heads, so the "
-            "additive model above separates their effects; each contrast below is a log-ratio with its 95% CI "
-            "from the pooled residual variance. Pre-stated, before these results: the chapter's comparison and "
-            "the main effect of heads. Exploratory: more heads at equal parameters (both without the projection), "
-            "the main effect of the projection and the interaction, whose p-values are Holm-adjusted together "
-            "(their CIs are not adjusted). The pooled variance assumes that every variant's seeds scatter "
-            "alike; the paired comparisons above do not.",
+            "The four variants of the 2 x 2 cross head count with the output projection that mixes the heads. "
+            "Below are its two main effects, the interaction, and the four simple effects: each factor at each "
+            "level of the other. A simple effect compares two variants, so it is their paired comparison over "
+            f"seeds. {methods} Pre-stated, before these results: the main effect of heads and the split with "
+            "the projection (the chapter's build of 4 heads against 1 head + projection, at equal parameters). "
+            "The rest are exploratory; their p-values are Holm-adjusted together (their CIs are not adjusted).",
         ),
         ("table", contrast_table(contrasts)),
-        *[("text", contrast_sentence(c)) for c in contrasts],
+        *[("text", contrast_sentence(c)) for c in contrasts if c.get("pair") not in compared],
     ]
 
 
@@ -245,6 +309,12 @@ def pooled_blocks(
             pass  # the sweep's own section analyses the head counts together, with their shape
         else:
             differ = "differ" if fit["p"] < 0.05 else "do not clearly differ"
+            ratio, limit = variance_ratio(fit), settings.get("pool_if_variance_ratio_below")
+            pooled = pooling_check(ratio, limit)[0]
+            scatter = ", ".join(
+                f"{label(v, labels).lower()} {sd:.4f}"
+                for v, sd in zip(variants, fit["variant_residual_sd"], strict=True)
+            )
             blocks.append(
                 (
                     "text",
@@ -252,15 +322,35 @@ def pooled_blocks(
                     "log-perplexity = seed effect + variant effect + error, the residual variance pooled "
                     f"over every variant ({fit['df_residual']} degrees of freedom, residual sd "
                     f"{fit['residual_sd']:.4f} in log-perplexity). The variants {differ}: "
-                    f"F({fit['df_variant']}, {fit['df_residual']}) = {fit['f']:.2f}, {p_is(fit['p'])}.",
+                    f"F({fit['df_variant']}, {fit['df_residual']}) = {fit['f']:.2f}, {p_is(fit['p'])}. "
+                    "Pooling assumes that every variant's seeds scatter alike. Checked: each variant's own "
+                    f"residual sd is {scatter}; the largest variance is {ratio:.1f} times the smallest, "
+                    + (
+                        f"{pooling_check(ratio, limit)[1]}."
+                        if pooled
+                        else f"{pooling_check(ratio, limit)[1]}, so this F test, which pools, is indicative only."
+                    ),
                 )
             )
+            summary["pooled"]["variance_ratio"] = ratio
             cells = factorial_cells(variants)
             if cells:
+                factorial_rows = [variants.index(v) for v in cells.values()]
+                cell_variants = list(cells.values())
+                cell_fit = additive_fit(log_ppl[factorial_rows])
+                cell_ratio = variance_ratio(cell_fit)
                 contrasts = factorial_contrasts(
-                    fit, variants, cells, settings.get("chapter_claim"), labels, tokens_per_word
+                    cell_fit,
+                    log_ppl[factorial_rows],
+                    cell_variants,
+                    cells,
+                    labels,
+                    tokens_per_word,
+                    pooling_check(cell_ratio, limit)[0],
                 )
-                blocks += factorial_blocks(contrasts)
+                compared = {(c["variant_a"], c["variant_b"]) for c in found}
+                blocks += factorial_blocks(contrasts, cell_ratio, limit, compared)
+                summary["pooled"]["factorial_variance_ratio"] = cell_ratio
                 summary["contrasts"] = {c["name"]: flat_numbers(c) for c in contrasts}
     forest_rows = [
         {**c, "label": f"{c['b']} against {c['a']}\n(paired, {len(c['seeds'])} seed{'s' * (len(c['seeds']) > 1)})"}
@@ -269,7 +359,7 @@ def pooled_blocks(
     forest_rows += [
         {
             **c,
-            "label": c["label"].replace(" (", "\n(", 1) + ", pooled",
+            "label": c["label"].replace(" (", "\n(", 1).replace(": ", ":\n", 1) + f", {c['method']}",
             "kind": "pre-stated" if c["pre_stated"] else "exploratory",
         }
         for c in contrasts

@@ -1,4 +1,4 @@
-"""Confidence intervals over seeds, paired and pooled comparisons of model variants, trends over
+"""Confidence intervals over seeds, paired, per-seed and pooled comparisons of model variants, trends over
 a head-count sweep, and a null for the spotlight measure. Student t and F from scipy; nothing here
 is specific to attention.
 
@@ -115,8 +115,14 @@ def additive_fit(log_ppl: np.ndarray) -> dict:
     df_variant = variants - 1
     between = seeds * float(((variant_means - y.mean()) ** 2).sum()) / df_variant if df_variant else math.nan
     f = between / variance if df_residual and df_variant and variance > 0 else math.nan
+    # Each variant's own share of the residuals, on its share of the degrees of freedom: pooling
+    # is sound only where these are alike.
+    variant_variance = (
+        (residuals**2).sum(axis=1) / (df_residual / variants) if df_residual else np.full(variants, np.nan)
+    )
     return {
         "variant_means": variant_means.tolist(),
+        "variant_residual_sd": np.sqrt(variant_variance).tolist(),
         "seeds": seeds,
         "residual_variance": variance,
         "residual_sd": math.sqrt(variance),
@@ -143,6 +149,38 @@ def contrast(fit: dict, weights, tokens_per_word: float | None = None) -> dict:
     p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else math.nan
     return {
         **log_ratio_units(estimate, estimate - half_width, estimate + half_width, tokens_per_word),
+        "se": se,
+        "df": df,
+        "t": t,
+        "p": p,
+        "significant": bool(p < 0.05),
+    }
+
+
+def variance_ratio(fit: dict) -> float:
+    """The largest variant's residual variance over the smallest's (Hartley's F_max): 1 when
+    every variant's seeds scatter alike."""
+    variances = np.asarray(fit["variant_residual_sd"]) ** 2
+    return float(variances.max() / variances.min()) if variances.min() > 0 else math.inf
+
+
+def per_seed_contrast(log_ppl: np.ndarray, weights, tokens_per_word: float | None = None) -> dict:
+    """A contrast of the variants (rows of log_ppl, seeds as columns; weights summing to 0)
+    computed within each seed, then a one-sample Student-t interval over the seeds on S - 1
+    degrees of freedom. It assumes nothing about how each variant's seeds scatter, only that
+    the seeds are independent: the paired comparison generalised to any contrast."""
+    weights = np.asarray(weights, dtype=float)
+    if abs(weights.sum()) > 1e-9:
+        raise ValueError(f"contrast weights {weights.tolist()} must sum to 0")
+    per_seed = weights @ np.asarray(log_ppl, dtype=float)
+    estimate, low, high = mean_ci95(per_seed)
+    df = len(per_seed) - 1
+    se = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))) if df else math.nan
+    t = estimate / se if df and se > 0 else math.nan
+    p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else math.nan
+    return {
+        **log_ratio_units(estimate, low, high, tokens_per_word),
+        "per_seed_log_ratio": per_seed.tolist(),
         "se": se,
         "df": df,
         "t": t,
