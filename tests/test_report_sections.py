@@ -145,6 +145,19 @@ def test_the_learning_rate_study_selects_each_variant_s_lowest_final_validation_
     assert (tmp_path / "reports/figures/learning_rates.png").is_file()
 
 
+def test_each_compared_pair_is_also_shown_at_every_learning_rate_both_trained_at(tmp_path):
+    lrs = [0.003, 0.006, 0.012]
+    config = lr_study(tmp_path, {"1": [20.0, 22.0, 44.0], "4": [19.0, 19.8, 20.0]}, lrs)
+    config.report.compare = [[1, 4]]
+    summary = report.report(config)
+    by_lr = summary["at_shared_lr"]["4 heads against 1 head"]
+    expected = {"0.003": math.log(19.0 / 20.0), "0.006": math.log(19.8 / 22.0), "0.012": math.log(20.0 / 44.0)}
+    assert {lr: values for lr, values in by_lr.items()} == {lr: [pytest.approx(v)] for lr, v in expected.items()}
+    text = (tmp_path / "reports/results.md").read_text()
+    assert "## At a shared learning rate" in text and f"{math.expm1(math.log(20.0 / 44.0)):+.1%}" in text
+    assert (tmp_path / "reports/figures/shared_learning_rates.png").is_file()
+
+
 def test_one_learning_rate_best_for_all_is_said_so_and_the_report_is_the_same_when_run_again(tmp_path):
     config = lr_study(tmp_path, {"1": [21.0, 20.0, 20.5], "1-mix": [21.5, 20.2, 20.6]}, [0.003, 0.006, 0.012])
     report.report(config)

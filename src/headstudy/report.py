@@ -24,7 +24,7 @@ from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_s
 from headstudy.analysis.headline import report_metrics
 from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.inputs import read_curve, read_json
-from headstudy.analysis.learning_rates import learning_rate_section
+from headstudy.analysis.learning_rates import learning_rate_section, shared_rate_section
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
 from headstudy.analysis.sweep import sweep_section
@@ -271,7 +271,18 @@ def learning_rate_report(
         list(study["seeds"]),
         Path(config.paths.reports) / "figures",
     )
-    return [("title", settings["title"]), ("text", header), *blocks], {"provenance": summary_provenance, **summary}
+    shared, shared_summary = shared_rate_section(
+        curves,
+        settings.get("compare") or [],
+        [float(lr) for lr in study["lrs"]],
+        labels,
+        Path(config.paths.reports) / "figures",
+    )
+    return [("title", settings["title"]), ("text", header), *blocks, *shared], {
+        "provenance": summary_provenance,
+        **summary,
+        **shared_summary,
+    }
 
 
 def report(config: DictConfig) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,56 @@ def final_validation(curves: pd.DataFrame) -> pd.DataFrame:
     geometric mean over seeds."""
     last = curves.loc[curves.groupby(["variant", "lr", "seed"])["step"].idxmax()]
     return last.groupby(["variant", "lr"])["val_ppl"].apply(lambda ppl: float(np.exp(np.log(ppl).mean()))).unstack("lr")
+
+
+def final_validation_per_seed(curves: pd.DataFrame) -> pd.Series:
+    """Each model's log validation perplexity at its last step, indexed by (variant, lr, seed)."""
+    last = curves.loc[curves.groupby(["variant", "lr", "seed"])["step"].idxmax()]
+    return np.log(last.set_index(["variant", "lr", "seed"])["val_ppl"])
+
+
+def shared_rate_section(
+    curves: pd.DataFrame, pairs: list[list], lrs: list[float], labels: dict, figure_dir: Path
+) -> tuple[list, dict]:
+    """Each pair [A, B] of report.compare at every learning rate of the grid, where both trained
+    at the same rate: the comparison that does not depend on how each variant's rate was chosen.
+    Paired by seed; a log-ratio of final validation perplexity (below 0: B better)."""
+    final = final_validation_per_seed(curves)
+    ratios = {}
+    for a, b in ((str(a), str(b)) for a, b in pairs):
+        name = f"{label(b, labels)} against {label(a, labels)}"
+        ratios[name] = {
+            lr: (final.loc[(b, lr)] - final.loc[(a, lr)]).dropna().tolist()
+            for lr in lrs
+            if (a, lr) in final.index.droplevel("seed") and (b, lr) in final.index.droplevel("seed")
+        }
+    if not ratios:
+        return [], {}
+    table = pd.DataFrame(
+        {
+            "B against A": list(ratios),
+            **{
+                f"lr {lr:g}": [
+                    f"{math.expm1(np.mean(by_lr[lr])):+.1%}" if by_lr.get(lr) else "" for by_lr in ratios.values()
+                ]
+                for lr in lrs
+            },
+        }
+    )
+    blocks = [
+        ("heading", "At a shared learning rate"),
+        (
+            "text",
+            "Each comparison of report.compare at every learning rate of the grid, both variants trained at the "
+            "same rate (relative change of the final validation perplexity per token, B against A, paired by "
+            "seed; below 0: B better). Unlike the default study's comparisons, these do not depend on how each "
+            "variant's rate was selected.",
+        ),
+        ("table", table),
+        ("figure", report_figures.log_ratio_by_learning_rate(ratios, figure_dir / "shared_learning_rates.png")),
+    ]
+    summary = {name: {f"{lr:g}": values for lr, values in by_lr.items()} for name, by_lr in ratios.items()}
+    return blocks, {"at_shared_lr": summary}
 
 
 def learning_rate_section(

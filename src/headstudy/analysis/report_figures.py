@@ -240,3 +240,26 @@ def learning_rates(final: dict[str, dict[float, float]], selected: dict[str, flo
     axes.grid(True, which="major", alpha=0.3)
     legend_below(axes)
     return save_figure(figure, path)
+
+
+def log_ratio_by_learning_rate(ratios: dict[str, dict[float, list[float]]], path: Path) -> Path:
+    """B against A at each learning rate both trained at (`ratios`: comparison -> lr -> the
+    seeds' log-ratios of final validation perplexity): one line through the seeds' means per
+    comparison, each seed a dot."""
+    figure, axes = plt.subplots(figsize=(7, 5))
+    grid = sorted({lr for by_lr in ratios.values() for lr in by_lr})
+    for name, by_lr in ratios.items():
+        lrs = sorted(by_lr)
+        (line,) = axes.plot(lrs, [np.mean(by_lr[lr]) for lr in lrs], marker="o", markersize=4, label=name)
+        for lr in lrs:
+            axes.plot([lr] * len(by_lr[lr]), by_lr[lr], ".", color=line.get_color(), alpha=0.6)
+    axes.axhline(0, color="gray", linewidth=0.8)
+    axes.set_xscale("log")
+    axes.set_xticks(grid, [f"{lr:g}" for lr in grid])
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.set_xlabel("peak learning rate of both (log scale)")
+    axes.set_ylabel("log-ratio of final validation perplexity\n(below 0: B better)")
+    axes.set_title("B against A at a shared learning rate")
+    axes.grid(True, which="major", alpha=0.3)
+    legend_below(axes, columns=1)
+    return save_figure(figure, path)
