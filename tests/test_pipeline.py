@@ -198,11 +198,6 @@ def test_changing_the_budget_retrains_every_model(project):
     assert stale_stages(project) == set()
 
 
-@pytest.mark.xfail(
-    reason="fails since this round's merges (the resumed training's stage exits non-zero; first seen at the stop, "
-    "not yet diagnosed): see the stop's closing note",
-    strict=False,
-)
 def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     uninterrupted = json.loads((project / "models/h1-s0/run.json").read_text())
     earlier = {r.info.run_id for r in runs(project)}
@@ -230,11 +225,13 @@ def test_sigkill_midway_then_repro_resumes_to_the_same_weights(project):
     result = run(project, "dvc", "repro", "--force", "--single-item", "train@1-0")
     assert "resuming h1-s0" in result.stdout
     # The model folder holds only what the inputs determine: the same bytes, though the
-    # training ran as another MLflow run, killed and resumed.
+    # training ran as another MLflow run, killed and resumed. The resumed training continues the
+    # killed one's run (docs/refusals.md), so the two make one new run, finished.
     assert json.loads((project / "models/h1-s0/run.json").read_text()) == uninterrupted
     trainings = [r for r in runs(project) if r.info.run_name == "h1-s0" and r.info.run_id not in earlier]
-    assert len(trainings) == 2
-    assert {r.data.tags["weights.sha256"] for r in trainings} == {uninterrupted["weights_sha256"]}
+    assert [(r.info.status, r.data.tags["weights.sha256"]) for r in trainings] == [
+        ("FINISHED", uninterrupted["weights_sha256"])
+    ]
     assert not any(r.info.status == "RUNNING" for r in runs(project))
     assert not list(checkpoints.glob("h1-s0-*"))
 
