@@ -184,13 +184,13 @@ def factorial_contrasts(
     for key, text, pre_stated, weights, meaning in definitions:
         row = [weights.get(v, 0) for v in variants]
         simple = len(weights) == 2
-        result = (
-            contrast(fit, row, tokens_per_word)
-            if pooled and not simple
-            else per_seed_contrast(log_ppl, row, tokens_per_word)
-        )
-        method = "pooled" if pooled and not simple else ("paired" if simple else "per-seed")
-        pair = tuple(reversed(list(weights))) if simple else None  # (A, B) as in report.compare
+        method = "paired" if simple else "pooled" if pooled else "per-seed"
+        if method == "pooled":
+            result = contrast(fit, row, tokens_per_word)
+        else:
+            result = per_seed_contrast(log_ppl, row, tokens_per_word)
+        # (A, B) as in report.compare: B has weight 1, A weight -1
+        pair = tuple(sorted(weights, key=weights.get)) if simple else None
         results.append(
             {"name": key, "label": text, "pre_stated": pre_stated, "meaning": meaning, "method": method}
             | {"pair": pair, **result}
@@ -248,10 +248,12 @@ def pooling_check(ratio: float, limit: float | None) -> tuple[bool, str]:
     return False, f"not under the limit of {limit:g} (report.pool_if_variance_ratio_below)"
 
 
-def factorial_blocks(contrasts: list[dict], ratio: float, limit: float | None, compared: set[tuple[str, str]]) -> list:
+def factorial_blocks(
+    contrasts: list[dict], ratio: float, pooled: bool, outcome: str, compared: set[tuple[str, str]]
+) -> list:
     """The 2 x 2's table, and a sentence for each contrast that the paired comparisons above do
-    not already give (one verdict per comparison)."""
-    pooled, outcome = pooling_check(ratio, limit)
+    not already give (one verdict per comparison). `pooled` and `outcome` are pooling_check's
+    answer for the four variants' variance ratio `ratio`."""
     check = f"Among its four variants the largest residual variance is {ratio:.1f} times the smallest, {outcome}"
     methods = (
         f"{check}, so the main effects and the interaction use the residual variance of the additive model of "
@@ -310,7 +312,7 @@ def pooled_blocks(
         else:
             differ = "differ" if fit["p"] < 0.05 else "do not clearly differ"
             ratio, limit = variance_ratio(fit), settings.get("pool_if_variance_ratio_below")
-            pooled = pooling_check(ratio, limit)[0]
+            pooled, outcome = pooling_check(ratio, limit)
             scatter = ", ".join(
                 f"{label(v, labels).lower()} {sd:.4f}"
                 for v, sd in zip(variants, fit["variant_residual_sd"], strict=True)
@@ -325,11 +327,7 @@ def pooled_blocks(
                     f"F({fit['df_variant']}, {fit['df_residual']}) = {fit['f']:.2f}, {p_is(fit['p'])}. "
                     "Pooling assumes that every variant's seeds scatter alike. Checked: each variant's own "
                     f"residual sd is {scatter}; the largest variance is {ratio:.1f} times the smallest, "
-                    + (
-                        f"{pooling_check(ratio, limit)[1]}."
-                        if pooled
-                        else f"{pooling_check(ratio, limit)[1]}, so this F test, which pools, is indicative only."
-                    ),
+                    + (f"{outcome}." if pooled else f"{outcome}, so this F test, which pools, is indicative only."),
                 )
             )
             summary["pooled"]["variance_ratio"] = ratio
@@ -339,17 +337,12 @@ def pooled_blocks(
                 cell_variants = list(cells.values())
                 cell_fit = additive_fit(log_ppl[factorial_rows])
                 cell_ratio = variance_ratio(cell_fit)
+                cell_pooled, cell_outcome = pooling_check(cell_ratio, limit)
                 contrasts = factorial_contrasts(
-                    cell_fit,
-                    log_ppl[factorial_rows],
-                    cell_variants,
-                    cells,
-                    labels,
-                    tokens_per_word,
-                    pooling_check(cell_ratio, limit)[0],
+                    cell_fit, log_ppl[factorial_rows], cell_variants, cells, labels, tokens_per_word, cell_pooled
                 )
                 compared = {(c["variant_a"], c["variant_b"]) for c in found}
-                blocks += factorial_blocks(contrasts, cell_ratio, limit, compared)
+                blocks += factorial_blocks(contrasts, cell_ratio, cell_pooled, cell_outcome, compared)
                 summary["pooled"]["factorial_variance_ratio"] = cell_ratio
                 summary["contrasts"] = {c["name"]: flat_numbers(c) for c in contrasts}
     forest_rows = [

@@ -15,8 +15,7 @@ from headstudy.analysis.wording import label
 def final_validation(curves: pd.DataFrame) -> pd.DataFrame:
     """Each model's validation perplexity at its last step; per variant and learning rate, the
     geometric mean over seeds."""
-    last = curves.loc[curves.groupby(["variant", "lr", "seed"])["step"].idxmax()]
-    return last.groupby(["variant", "lr"])["val_ppl"].apply(lambda ppl: float(np.exp(np.log(ppl).mean()))).unstack("lr")
+    return np.exp(final_validation_per_seed(curves).groupby(["variant", "lr"]).mean()).unstack("lr")
 
 
 def final_validation_per_seed(curves: pd.DataFrame) -> pd.Series:
@@ -32,13 +31,13 @@ def shared_rate_section(
     at the same rate: the comparison that does not depend on how each variant's rate was chosen.
     Paired by seed; a log-ratio of final validation perplexity (below 0: B better)."""
     final = final_validation_per_seed(curves)
+    trained = set(final.index.droplevel("seed"))
     ratios = {}
     for a, b in ((str(a), str(b)) for a, b in pairs):
-        name = f"{label(b, labels)} against {label(a, labels)}"
-        ratios[name] = {
+        ratios[f"{label(b, labels)} against {label(a, labels)}"] = {
             lr: (final.loc[(b, lr)] - final.loc[(a, lr)]).dropna().tolist()
             for lr in lrs
-            if (a, lr) in final.index.droplevel("seed") and (b, lr) in final.index.droplevel("seed")
+            if (a, lr) in trained and (b, lr) in trained
         }
     if not ratios:
         return [], {}
