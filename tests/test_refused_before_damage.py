@@ -234,13 +234,14 @@ def test_a_report_by_hand_with_an_input_missing_writes_nothing(report_inputs, ca
 
 def test_the_report_refuses_a_nan_in_a_validation_curve(report_inputs, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    curve = Path("metrics/curves/h1-s0.csv")
+    study = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
+    curve = Path(f"metrics/curves/h{study['variants'][0]}-s{study['seeds'][0]}.csv")
     lines = curve.read_text().splitlines()
     lines[2] = lines[2].rsplit(",", 1)[0] + ",nan"
     curve.write_text("\n".join(lines) + "\n")
     before = files_in(tmp_path)
     line = refused(capsys, "report", f"paths.reports={report_inputs}")
-    assert "metrics/curves/h1-s0.csv: column val_ppl holds line 3: nan" in line
+    assert f"{curve}: column val_ppl holds line 3: nan" in line
     assert files_in(tmp_path) == before
 
 

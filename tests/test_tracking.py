@@ -245,7 +245,7 @@ def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(
     metrics = {metric["key"]: metric["value"] for metric in parent["data"]["metrics"]}
     test_ppl = {metric["key"]: metric["value"] for metric in runs["h1-s0"]["data"]["metrics"]}["test/ppl"]
     # As analysis.headline names them: 4 heads against 1 in percent, negative when 4 heads are better.
-    assert metrics["test_ppl/1"] == test_ppl
+    assert metrics["test_ppl/1"] == dashboard.significant(test_ppl)
     assert metrics["change_pct/4_vs_1/per_token_ci95_low"] < metrics["change_pct/4_vs_1/per_token"] < 0
     assert "seeds" not in " ".join(metrics)
 
@@ -257,31 +257,37 @@ def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(
     assert artifacts(runs["h1-s0"]) == {"config.yaml", "model.pt", "provenance"}
 
 
-def test_dvc_plots_show_only_the_current_study_and_need_no_network(tmp_path):
-    """Curves of a seed the study dropped stay on disk but out of the plots, and the page that
-    `dvc plots show` writes loads nothing from the internet."""
+def test_dvc_plots_show_every_variant_of_the_study_and_need_no_network(tmp_path):
+    """The curve chart of `dvc plots show` draws one line per variant of params.yaml, from the
+    report's seed-averaged curves, and the page it writes loads nothing from the internet."""
+    variants = [str(variant) for variant in yaml.safe_load((ROOT / "params.yaml").read_text())["study"]["variants"]]
+    [curves] = [
+        plot["reports/validation_curves.csv"]
+        for plot in yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
+        if isinstance(plot, dict) and "reports/validation_curves.csv" in plot
+    ]
+    assert [str(field) for field in curves["y"]] == variants
+
     project = tmp_path / "plots"
     project.mkdir()
     shutil.copy(ROOT / "dvc.yaml", project)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["study"] = {"variants": [1], "seeds": [0]}
-    params["report"]["compare"] = []
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    shutil.copy(ROOT / "params.yaml", project)
     command(project, "git", "init", "-q")
     command(project, "dvc", "init", "-q")
     for name in ("config", "plots-offline.html"):
         shutil.copy(ROOT / ".dvc" / name, project / ".dvc" / name)
-    curves = project / "metrics/curves"
-    curves.mkdir(parents=True)
-    for name in ("h1-s0", "h1-s2"):  # h1-s2: from when the study had seed 2
-        (curves / f"{name}.csv").write_text("step,tokens,val_ppl\n10,1000,90.0\n20,2000,60.0\n")
+    (project / "reports").mkdir()
+    rows = ["tokens," + ",".join(variants), "1000," + ",".join("90.0" for _ in variants)]
+    (project / "reports/validation_curves.csv").write_text("\n".join(rows) + "\n")
 
-    plotted = json.loads(command(project, "dvc", "plots", "show", "--json"))["data"]
-    assert [path for path in plotted if path.startswith("metrics/")] == ["metrics/curves/h1-s0.csv"]
+    shown = json.loads(command(project, "dvc", "plots", "show", "--json"))
+    assert not [error for error in shown.get("errors", []) if error["name"] == "reports/validation_curves.csv"]
+    [drawn] = shown["data"]["reports/validation_curves.csv"]
+    assert all(f'"field": "{variant}"' in json.dumps(drawn["content"]) for variant in variants)
 
     command(project, "dvc", "plots", "show")
     page = (project / "dvc_plots/index.html").read_text()
-    assert "function vegaEmbed" in page and "vegaEmbed('#metrics_curves_h1-s0_csv'" in page
+    assert "function vegaEmbed" in page and "vegaEmbed('#reports_validation_curves_csv'" in page
     assert "<script src" not in page and "cdn." not in page
 
 
@@ -511,9 +517,9 @@ def test_validation_is_one_line_when_output_is_not_a_terminal(tracked):
     output = tracked.trained.stdout
     pieces = [piece.strip() for piece in re.split(r"[\r\n]", output) if piece.strip()]
     validations = [piece for piece in pieces if "Validation" in piece]
-    one_line = r"Validation at step \d+: val/ppl=\S+ \(\d+\.\d s\)"
+    one_line = r"Validation at step \d+/\d+: val/ppl=\S+ \(\d+\.\d s\)(; study left: [^;]+)?"
     assert validations == [piece for piece in validations if re.fullmatch(one_line, piece)]
-    assert [piece.split(":")[0] for piece in validations] == ["Validation at step 10", "Validation at step 20"]
+    assert [piece.split(":")[0] for piece in validations] == ["Validation at step 10/20", "Validation at step 20/20"]
     assert any(piece.startswith("Training: 100%") and "20/20" in piece for piece in pieces)  # the training bar stays
     assert "\x1b[" not in output  # no cursor movement in a log
 
