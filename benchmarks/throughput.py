@@ -1,20 +1,23 @@
-"""Training throughput of the `train` stage against a plain PyTorch loop, and of both against
-this machine's measured matmul peak (model FLOPs utilisation), for 1 and 4 heads.
+"""Training throughput of the `train` stage against a plain PyTorch loop, each in float32 and
+in bfloat16 mixed precision, and of all four against this machine's matmul peak of their own
+precision (model FLOPs utilisation), for 1 and 4 heads.
 
-    python benchmarks/throughput.py [--steps 300] [--warmup 20] [--rounds 4] [hydra overrides]
+    python benchmarks/throughput.py [--steps 300] [--warmup 20] [--rounds 4]
+        [--precisions 32-true bf16-mixed] [hydra overrides]
 
 For each head count, in one process:
 - tokens/s of the stage's Trainer (`build_trainer` with the MLflow logger and progress bar, as
   `headstudy train` runs it, less its resume checkpoint, written once per validation interval)
   and of a plain loop (the same model, with the same SDPA attention, batches, optimiser,
-  schedule and threads), both over the steps after the first `--warmup`. Each round runs
-  both, in alternating order, and their ratio is taken round by round, so drift in the
-  machine's speed hits both.
+  schedule and threads), both over the steps after the first `--warmup`, in each precision of
+  `--precisions`. Each round runs every (loop, precision) once, in an order that reverses from
+  one round to the next, and the ratios (stage / plain, and each precision / the first) are
+  taken round by round, so drift in the machine's speed hits both sides of a ratio.
 - the model FLOPs per trained token, counted from the config (see `training_flops`);
-- MFU = tokens/s x FLOPs per token / peak, where the peak is the better of two timings of
-  2048 x 2048 matmuls (8192 x 8192 on a GPU) before and after the trainings, in the precision
-  the trainer computes in (float32 unless trainer.precision is bf16-mixed or 16-mixed), with
-  the same threads.
+- MFU = tokens/s x FLOPs per token / peak, against two peaks of the run's own precision: the
+  measured one, the better of two timings of 2048 x 2048 matmuls (8192 x 8192 on a GPU) before
+  and after the trainings, with the same threads; and on a CPU the rated one, threads x clock x
+  FLOPs per cycle (see `rated_cpu_peak`).
 
 Only ratios taken in one run mean much on a shared machine: its speed changes by tens of
 percent within minutes. Run it on a quiet one.
@@ -48,6 +51,11 @@ from headstudy.weights.training import (
 
 HEAD_COUNTS = (1, 4)
 COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+# FLOPs per cycle and core of the vector units, by (vendor, family): AMD family 25 is Zen 3 and
+# Zen 4, and of those only Zen 4 has AVX-512 with BF16 (the check below asks for it). Zen 4 runs
+# AVX-512 on two 256-bit FMA pipes: 2 x 8 float32 lanes x 2 (multiply and add) = 32 FLOPs; its
+# VDPBF16PS does 16 bfloat16 products summed into 8 float32 lanes per pipe, 2 x 32 = 64 FLOPs.
+RATED_FLOPS_PER_CYCLE = {("AuthenticAMD", 25): {torch.float32: 32, torch.bfloat16: 64}}
 
 
 def training_flops(config) -> dict[str, int]:
@@ -91,6 +99,36 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, seco
         count += 10 if device.type == "cpu" else 100
         synchronize(device)
     return count * 2 * size**3 / (time.perf_counter() - started)
+
+
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
+    try:
+        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        return {}
+    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
+
+
+def rated_cpu_peak(dtype: torch.dtype, threads: int) -> dict | None:
+    """threads x clock x FLOPs per cycle and core, with what each factor was read from; None where
+    this CPU is not in RATED_FLOPS_PER_CYCLE or reports no clock. The clock is /proc/cpuinfo's
+    `cpu MHz`, the one the kernel reports (a virtual machine reports its host's nominal clock;
+    boost can run above it, so the rated peak is a guide, not a ceiling)."""
+    info = cpu_info()
+    try:
+        key = (info["vendor_id"], int(info["cpu family"]))
+        megahertz = float(info["cpu MHz"])
+    except (KeyError, ValueError):
+        return None
+    per_cycle = RATED_FLOPS_PER_CYCLE.get(key, {}).get(dtype)
+    if per_cycle is None or (dtype == torch.bfloat16 and not torch.cpu._is_avx512_bf16_supported()):
+        return None
+    return {
+        "gflops": round(threads * megahertz * 1e6 * per_cycle / 1e9, 1),
+        "derived": f"{threads} threads x {megahertz:.0f} MHz (cpu MHz) x {per_cycle} FLOPs/cycle "
+        f"({info['vendor_id']} family {key[1]} model {info.get('model', '?')}, {str(dtype).removeprefix('torch.')})",
+    }
 
 
 def plain_loop(config, steps: int, warmup: int) -> float:
@@ -173,91 +211,125 @@ def timed_run(steps: int) -> list[str]:
     ]
 
 
-def benchmark(config, steps: int, warmup: int, rounds: int) -> dict:
-    """Each round runs both loops back to back, the plain loop first in even rounds and the
-    stage first in odd ones, so that a machine speeding up or slowing down favours neither."""
-    results = {"plain": [], "stage": []}
+def benchmark(configs: dict[str, object], steps: int, warmup: int, rounds: int) -> dict[tuple[str, str], list[float]]:
+    """tokens/s of every (loop, precision), `rounds` times: each round runs them all once, in
+    an order reversed from the round before, so a machine speeding up or slowing down favours
+    none of them."""
+    runs = [(loop, precision) for precision in configs for loop in ("plain", "stage")]
+    results = {run: [] for run in runs}
     for round_index in range(rounds):
-        order = ("plain", "stage") if round_index % 2 == 0 else ("stage", "plain")
-        for loop in order:
-            results[loop].append((plain_loop if loop == "plain" else stage_trainer)(config, steps, warmup))
+        for loop, precision in runs if round_index % 2 == 0 else runs[::-1]:
+            timed = plain_loop if loop == "plain" else stage_trainer
+            results[(loop, precision)].append(timed(configs[precision], steps, warmup))
     return results
+
+
+def by_round(numerators: list[float], denominators: list[float]) -> dict:
+    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
+    return {"rounds": [round(r, 3) for r in ratios], "median": round(statistics.median(ratios), 3)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="training steps per timed run")
     parser.add_argument("--warmup", type=int, default=20, help="first steps of each run, not timed")
-    parser.add_argument("--rounds", type=int, default=4, help="alternating runs of each loop")
+    parser.add_argument("--rounds", type=int, default=4, help="runs of each (loop, precision)")
+    parser.add_argument("--precisions", nargs="+", default=["32-true", "bf16-mixed"], help="trainer.precision values")
     args, overrides = parser.parse_known_args()
     if not 0 <= args.warmup < args.steps:
         parser.error(f"--warmup={args.warmup} must be at least 0 and fewer than --steps={args.steps}")
     configs = {
-        heads: compose_config([*overrides, *timed_run(args.steps), f"model.n_heads={heads}"]) for heads in HEAD_COUNTS
+        heads: {
+            precision: compose_config(
+                [*overrides, *timed_run(args.steps), f"model.n_heads={heads}", f"trainer.precision={precision}"]
+            )
+            for precision in args.precisions
+        }
+        for heads in HEAD_COUNTS
     }
-    first = configs[HEAD_COUNTS[0]]
+    first = configs[HEAD_COUNTS[0]][args.precisions[0]]
     torch.set_num_threads(first.threads)
     device = device_of(first)
-    dtype = COMPUTE_DTYPES.get(str(first.trainer.precision), torch.float32)
+    dtypes = {precision: COMPUTE_DTYPES.get(precision, torch.float32) for precision in args.precisions}
 
     # 2048 x 2048 saturates a CPU; a GPU needs larger matrices to approach its peak.
     size = 8192 if device.type == "cuda" else 2048
-    peaks = [matmul_peak(device, dtype, size)]
+    peaks = {precision: [matmul_peak(device, dtype, size)] for precision, dtype in dtypes.items()}
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/benchmark.db"
-        measured = {heads: benchmark(config, args.steps, args.warmup, args.rounds) for heads, config in configs.items()}
-    peaks.append(matmul_peak(device, dtype, size))
-    peak = max(peaks)
+        measured = {
+            heads: benchmark(by_precision, args.steps, args.warmup, args.rounds)
+            for heads, by_precision in configs.items()
+        }
+    for precision, dtype in dtypes.items():
+        peaks[precision].append(matmul_peak(device, dtype, size))
+    rated = {
+        precision: rated_cpu_peak(dtype, first.threads) if device.type == "cpu" else None
+        for precision, dtype in dtypes.items()
+    }
 
+    baseline = args.precisions[0]
     models = []
     for heads, results in measured.items():
-        flops = training_flops(configs[heads])
-        medians = {loop: statistics.median(values) for loop, values in results.items()}
-        # Round by round: the two runs of a round saw the same machine, a minute apart.
-        ratios = [stage / plain for stage, plain in zip(results["stage"], results["plain"], strict=False)]
-        models.append(
-            {
-                "heads": heads,
-                "flops_per_token": flops,
-                "tokens_per_sec": {loop: [round(v) for v in values] for loop, values in results.items()},
-                "stage_over_plain": {
-                    "rounds": [round(r, 3) for r in ratios],
-                    "median": round(statistics.median(ratios), 3),
-                },
-                "mfu": {loop: round(median * flops["total"] / peak, 3) for loop, median in medians.items()},
-            }
-        )
+        flops = training_flops(configs[heads][baseline])
+        runs = []
+        for (loop, precision), values in results.items():
+            median = statistics.median(values)
+            rated_peak = rated[precision]
+            runs.append(
+                {
+                    "loop": loop,
+                    "precision": precision,
+                    "tokens_per_sec": [round(v) for v in values],
+                    "over_baseline": by_round(values, results[(loop, baseline)]),
+                    "mfu_measured_peak": round(median * flops["total"] / max(peaks[precision]), 3),
+                    "mfu_rated_peak": round(median * flops["total"] / (rated_peak["gflops"] * 1e9), 3)
+                    if rated_peak
+                    else None,
+                }
+            )
+        stage_over_plain = {
+            precision: by_round(results[("stage", precision)], results[("plain", precision)])
+            for precision in args.precisions
+        }
+        models.append({"heads": heads, "flops_per_token": flops, "runs": runs, "stage_over_plain": stage_over_plain})
     print(
         json.dumps(
             {
                 "device": torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {first.threads} threads",
-                "precision": str(first.trainer.precision),
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "baseline_precision": baseline,
                 "batch": [first.data.batch_size, first.model.context],
                 "steps": args.steps,
                 "warmup": args.warmup,
                 "rounds": args.rounds,
                 "matmul_peak_gflops": {
-                    "size": size,
-                    "before": round(peaks[0] / 1e9, 1),
-                    "after": round(peaks[1] / 1e9, 1),
+                    precision: {"size": size, "before": round(p[0] / 1e9, 1), "after": round(p[1] / 1e9, 1)}
+                    for precision, p in peaks.items()
                 },
+                "rated_peak": rated,
                 "models": models,
             },
             indent=2,
         )
     )
-    print(
-        "\n| heads | plain loop, tokens/s | stage, tokens/s | stage / plain, by round | median "
-        "| MFU plain | MFU stage |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for row in models:
-        tokens, ratio = row["tokens_per_sec"], row["stage_over_plain"]
-        print(
-            f"| {row['heads']} | {', '.join(f'{v:,}' for v in tokens['plain'])} "
-            f"| {', '.join(f'{v:,}' for v in tokens['stage'])} | {', '.join(f'{r:.3f}' for r in ratio['rounds'])} "
-            f"| {ratio['median']:.3f} | {row['mfu']['plain']:.0%} | {row['mfu']['stage']:.0%} |"
-        )
+    header = ["heads", "loop", "precision", "tokens/s, by round", f"/ {baseline}, by round", "median"]
+    print("\n| " + " | ".join([*header, "MFU (measured peak)", "MFU (rated peak)"]) + " |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model in models:
+        for run in model["runs"]:
+            ratio = run["over_baseline"]
+            rated_mfu = f"{run['mfu_rated_peak']:.0%}" if run["mfu_rated_peak"] is not None else "n/a"
+            tokens = ", ".join(f"{v:,}" for v in run["tokens_per_sec"])
+            print(
+                f"| {model['heads']} | {run['loop']} | {run['precision']} | {tokens} "
+                f"| {', '.join(f'{r:.3f}' for r in ratio['rounds'])} | {ratio['median']:.3f} "
+                f"| {run['mfu_measured_peak']:.0%} | {rated_mfu} |"
+            )
+    for model in models:
+        for precision, ratio in model["stage_over_plain"].items():
+            shown = f"stage / plain by round {ratio['rounds']}, median {ratio['median']}"
+            print(f"{model['heads']} head(s), {precision}: {shown}")
 
 
 if __name__ == "__main__":

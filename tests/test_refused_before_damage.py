@@ -137,6 +137,28 @@ def test_bad_fractions_and_devices_are_one_line_naming_the_key(study, capsys, tm
     assert files_in(Path.cwd()) == before
 
 
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_bfloat16_on_a_cpu_without_native_bfloat16_is_refused_naming_float32(study, capsys, monkeypatch, command):
+    import torch
+
+    before = study(SMALL)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    line = refused(capsys, command, "data=textdir", "trainer.precision=bf16-mixed")
+    assert "trainer.precision=bf16-mixed: this CPU computes no bfloat16 natively" in line
+    assert line.endswith("use trainer.precision=32-true")
+    assert files_in(Path.cwd()) == before
+
+
+def test_bfloat16_on_a_cpu_with_native_bfloat16_is_accepted(study, capsys, monkeypatch):
+    import torch
+
+    study(SMALL)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    main(["config", "data=textdir", "trainer.precision=bf16-mixed"])
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["precision"] == "bf16-mixed"
+
+
 @pytest.mark.parametrize("heads", ["0", "-4", "abc"])
 def test_a_head_count_that_is_none_names_model_n_heads_and_conf_variants(study, capsys, heads):
     study(SMALL)

@@ -271,3 +271,65 @@ def test_a_budget_criterion_that_cannot_be_checked_in_full_is_not_called_met(tmp
         tmp_path / "figures",
     )
     assert result["criterion_met"] is True and blocks[1][1].endswith("where the models have settled.")
+
+
+def test_training_length_pairs_each_budget_by_seed_and_states_the_change_of_the_gap(tmp_path):
+    """4 heads against 1: log-ratios -0.04, -0.03, -0.05 at the shorter budget (the other study)
+    and -0.05, -0.04, -0.06 at the longer (this one): the gap grows by exactly 0.01 in every
+    seed, so its change is -0.010 with a zero-width interval, which excludes 0."""
+    from headstudy.analysis.training_length import other_budget_inputs, training_length_section
+
+    seeds, short_gaps, long_gaps = [1, 2, 3], [-0.04, -0.03, -0.05], [-0.05, -0.04, -0.06]
+    models = [{"name": f"h{v}-s{s}", "variant": v, "seed": s} for v in ("1", "4") for s in seeds]
+    other = tmp_path / "shorter"
+    for seed, gap in zip(seeds, short_gaps, strict=True):
+        for variant, ppl in (("1", 20.0), ("4", 20.0 * math.exp(gap))):
+            write_curves(other / "metrics" / "curves", f"h{variant}-s{seed}", 3000, ppl)
+            (other / "metrics" / f"h{variant}-s{seed}.json").write_text(json.dumps({"test_ppl": ppl}))
+    here = {
+        f"h{variant}-s{seed}": {"test_ppl": ppl}
+        for seed, gap in zip(seeds, long_gaps, strict=True)
+        for variant, ppl in (("1", 19.0), ("4", 19.0 * math.exp(gap)))
+    }
+    curves = pd.concat(
+        pd.DataFrame(
+            {
+                "variant": m["variant"],
+                "seed": m["seed"],
+                "tokens": [4096 * 3000, 4096 * 6000],
+                "val_ppl": [30.0, here[m["name"]]["test_ppl"]],
+            }
+        )
+        for m in models
+    )
+    rows = [
+        {"variant": v, "label": label, "test_ppl": [here[f"h{v}-s{s}"]["test_ppl"] for s in seeds]}
+        for v, label in (("1", "1 head"), ("4", "4 heads"))
+    ]
+    found = [{"variant_a": "1", "variant_b": "4", "a": "1 head", "b": "4 heads"}]
+    blocks, summary = training_length_section(
+        found, rows, models, here, curves, other_budget_inputs(other, models), other, 1.25, tmp_path / "figures"
+    )
+    gap = summary["4_vs_1"]
+    assert gap["shorter"]["per_seed_log_ratio"] == pytest.approx(short_gaps)
+    assert gap["longer"]["per_seed_log_ratio"] == pytest.approx(long_gaps)
+    assert gap["change_per_seed"] == pytest.approx([-0.01] * 3)
+    assert gap["change"] == pytest.approx(-0.01) and gap["change_ci95"] == pytest.approx([-0.01, -0.01])
+    assert summary["tokens"] == {"shorter": 4096 * 3000, "longer": 4096 * 6000}
+    assert summary["longer_vs_shorter/1"]["relative"] == pytest.approx(19.0 / 20.0 - 1)
+    text = " ".join(block[1] for block in blocks if block[0] == "text")
+    assert "at 12.3 million training tokens -0.040 per token" in text and "at 24.6 million -0.050 per token" in text
+    assert "-0.050 per word" in text  # -0.04 x 1.25 tokens per word
+    assert "changed by -0.010 per token" in text and "an interval that excludes 0." in text
+    assert (tmp_path / "figures" / "training_length.png").is_file()
+
+
+def test_training_length_refuses_another_study_without_every_model_of_this_one(tmp_path):
+    from headstudy.analysis.training_length import other_budget_inputs
+    from headstudy.common.errors import ConfigError
+
+    write_curves(tmp_path / "metrics" / "curves", "h1-s1", 3000, 20.0)
+    (tmp_path / "metrics" / "h1-s1.json").write_text(json.dumps({"test_ppl": 20.0}))
+    models = [{"name": "h1-s1", "variant": "1", "seed": 1}, {"name": "h1-s2", "variant": "1", "seed": 2}]
+    with pytest.raises(ConfigError, match=r"report.length_against=.*h1-s2.json not found"):
+        other_budget_inputs(tmp_path, models)

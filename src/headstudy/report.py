@@ -28,6 +28,7 @@ from headstudy.analysis.learning_rates import learning_rate_section, shared_rate
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
 from headstudy.analysis.sweep import sweep_section
+from headstudy.analysis.training_length import other_budget_inputs, training_length_section
 from headstudy.analysis.wording import interval, label
 from headstudy.bookkeeping import guards, progress, tracking
 from headstudy.common.errors import ConfigError
@@ -164,6 +165,8 @@ def read_inputs(config: DictConfig, study: dict, settings: dict, models: list[di
         inputs["heads"] = heads_input(reports_dir / "heads.json", reports_dir)
     if settings.get("budget"):
         evidence_curves(Path(settings["budget"]["evidence"]))
+    if settings.get("length_against"):
+        inputs["other_budget"] = other_budget_inputs(Path(settings["length_against"]), models)
     return inputs
 
 
@@ -222,6 +225,22 @@ def study_report(
     if settings.get("sweep"):
         sweep_blocks, summary["sweep"] = sweep_section(rows, tokens_per_word, figure_dir)
         blocks += sweep_blocks
+    if settings.get("length_against"):
+        test_metrics = {
+            m["name"]: {"test_ppl": ppl} for m, ppl in zip(models, inputs["metrics"]["test_ppl"], strict=True)
+        }
+        length_blocks, summary["training_length"] = training_length_section(
+            found,
+            rows,
+            models,
+            test_metrics,
+            curves,
+            inputs["other_budget"],
+            Path(settings["length_against"]),
+            tokens_per_word,
+            figure_dir,
+        )
+        blocks += length_blocks
     write_curve_table(curves, Path(config.paths.reports) / "validation_curves.csv")
     blocks += [
         ("heading", "Figures"),

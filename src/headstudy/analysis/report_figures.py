@@ -156,6 +156,50 @@ def budget_evidence(curves: dict[str, pd.DataFrame], gap: pd.Series, budget_toke
     return save_figure(figure, path)
 
 
+def gap_by_training_length(gaps: dict[str, dict[str, tuple]], path: Path) -> Path:
+    """One panel per comparison: at each budget, the paired gap in validation perplexity along
+    its run (mean over seeds, 95% CI band) and the paired gap in test perplexity at its end
+    (95% CI bar), as relative changes. `gaps` maps a comparison's title to, per budget,
+    (tokens, gap along the run with log_ratio/low/high by tokens, paired_difference of test)."""
+    figure, panels = plt.subplots(1, len(gaps), figsize=(7 * len(gaps), 5.2), squeeze=False)
+    for axes, (title, budgets) in zip(panels[0], gaps.items(), strict=True):
+        for tokens, along, test in budgets.values():
+            (line,) = axes.plot(
+                along.index,
+                100 * np.expm1(along["log_ratio"]),
+                marker="o",
+                markersize=2,
+                label=f"validation, the run of {tokens / 1e6:.1f} M tokens (mean of seeds)",
+            )
+            axes.fill_between(
+                along.index,
+                100 * np.expm1(along["low"]),
+                100 * np.expm1(along["high"]),
+                alpha=0.2,
+                color=line.get_color(),
+            )
+            low, high = test["relative_ci95"]
+            axes.errorbar(
+                [tokens],
+                [100 * test["relative"]],
+                yerr=[[100 * (test["relative"] - low)], [100 * (high - test["relative"])]],
+                fmt="s",
+                color=line.get_color(),
+                capsize=4,
+                label=f"test, end of the run of {tokens / 1e6:.1f} M tokens",
+            )
+        axes.fill_between([], [], [], color="gray", alpha=0.2, label="band and bars: 95% CI over seeds, paired")
+        axes.axhline(0, color="gray", linewidth=0.8)
+        axes.yaxis.set_major_formatter(PERCENT)
+        axes.xaxis.set_major_formatter(MILLIONS)
+        axes.set_xlabel("training tokens (millions)")
+        axes.set_ylabel("relative change in perplexity")
+        axes.set_title(title)
+        axes.grid(True, alpha=0.3)
+        legend_below(axes, columns=1)
+    return save_figure(figure, path)
+
+
 def sweep(
     rows: list[dict],
     against_one: dict[int, tuple[float, float, float]],

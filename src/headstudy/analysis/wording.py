@@ -27,6 +27,10 @@ def interval(low: float, high: float, digits: int = 3, sign: bool = True) -> str
     return f"[{low:{form}}, {high:{form}}]"
 
 
+def percent_interval(low: float, high: float) -> str:
+    return "n/a" if math.isnan(low) else f"[{low:+.1%}, {high:+.1%}]"
+
+
 def p_value(p: float) -> str:
     return "n/a" if math.isnan(p) else "<0.001" if p < 0.001 else f"{p:.3f}"
 

@@ -295,6 +295,7 @@ def validate(config: DictConfig) -> None:
             if not is_number(fraction) or not 0 < fraction < 0.5:
                 problems.append(f"data.{key} must be a number in (0, 0.5), got {fraction!r}")
     problems += device_problems(config.trainer)
+    problems += precision_problems(config.trainer)
     if config.data.get("corpus") == "multiclue":
         problems += task_problems(config)
     problems += model_config(config).problems()
@@ -339,6 +340,25 @@ def device_problems(trainer: DictConfig) -> list[str]:
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         problems.append(f"trainer.num_nodes must be an integer >= 1, got {nodes!r}")
     return problems
+
+
+def precision_problems(trainer: DictConfig) -> list[str]:
+    """bfloat16 on a CPU that has no native bfloat16 (AVX-512 BF16 or AMX): PyTorch emulates it
+    there, slower than float32, so the setting would cost time and buy nothing."""
+    precision = str(trainer.get("precision"))
+    if not precision.startswith("bf16") or trainer.get("accelerator") not in ("cpu", "auto"):
+        return []
+    import torch
+
+    if trainer.accelerator == "auto" and torch.cuda.is_available():
+        return []
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        return []
+    return [
+        f"trainer.precision={precision}: this CPU computes no bfloat16 natively (no AVX-512 BF16 or AMX; "
+        f"PyTorch's CPU capability: {torch.backends.cpu.get_cpu_capability()}), where it is slower than float32; "
+        "use trainer.precision=32-true"
+    ]
 
 
 def task_problems(config: DictConfig) -> list[str]:
