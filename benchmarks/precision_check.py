@@ -1,8 +1,8 @@
-"""What training in bfloat16 mixed precision changes in the results: the models of
-studies/precision (bf16-mixed) against the default study's float32 models of the same variants,
+"""What training in bfloat16 mixed precision changes in the results: the models of a study
+trained with trainer.precision=bf16-mixed against the default study's float32 models of the same variants,
 seeds, learning rates and budget, read from the committed metrics and curves.
 
-    python benchmarks/precision_check.py [--float32 .] [--bf16 studies/precision]
+    python benchmarks/precision_check.py --bf16 FOLDER [--float32 .]
 
 For each model: final validation and test perplexity in both precisions and their log-ratio
 (bf16 over float32). Beside them, the two sizes the change is judged against: the 4-vs-1 effect
@@ -40,7 +40,7 @@ def study_models(folder: Path) -> dict[tuple[str, int], dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--float32", type=Path, default=Path("."), help="the float32 study's folder")
-    parser.add_argument("--bf16", type=Path, default=Path("studies/precision"), help="the bf16-mixed study's folder")
+    parser.add_argument("--bf16", type=Path, required=True, help="the bf16-mixed study's folder")
     args = parser.parse_args()
     float32, bf16 = study_models(args.float32), study_models(args.bf16)
     missing = sorted(set(bf16) - set(float32))

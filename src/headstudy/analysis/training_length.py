@@ -117,7 +117,7 @@ def training_length_section(
             + (
                 "an interval that excludes 0."
                 if excludes
-                else "an interval that includes 0: these seeds show no change of the gap with training length."
+                else "an interval that includes 0: no change of the gap with training length is established."
             )
         )
     for row in rows:
