@@ -303,12 +303,12 @@ def test_training_length_pairs_each_budget_by_seed_and_states_the_change_of_the_
         for m in models
     )
     rows = [
-        {"variant": v, "label": label, "test_ppl": [here[f"h{v}-s{s}"]["test_ppl"] for s in seeds]}
+        {"variant": v, "label": label, "seeds": seeds, "test_ppl": [here[f"h{v}-s{s}"]["test_ppl"] for s in seeds]}
         for v, label in (("1", "1 head"), ("4", "4 heads"))
     ]
     found = [{"variant_a": "1", "variant_b": "4", "a": "1 head", "b": "4 heads"}]
     blocks, summary = training_length_section(
-        found, rows, models, here, curves, other_budget_inputs(other, models), other, 1.25, tmp_path / "figures"
+        found, rows, curves, other_budget_inputs(other, models), other, 1.25, tmp_path / "figures"
     )
     gap = summary["4_vs_1"]
     assert gap["shorter"]["per_seed_log_ratio"] == pytest.approx(short_gaps)

@@ -226,19 +226,8 @@ def study_report(
         sweep_blocks, summary["sweep"] = sweep_section(rows, tokens_per_word, figure_dir)
         blocks += sweep_blocks
     if settings.get("length_against"):
-        test_metrics = {
-            m["name"]: {"test_ppl": ppl} for m, ppl in zip(models, inputs["metrics"]["test_ppl"], strict=True)
-        }
         length_blocks, summary["training_length"] = training_length_section(
-            found,
-            rows,
-            models,
-            test_metrics,
-            curves,
-            inputs["other_budget"],
-            Path(settings["length_against"]),
-            tokens_per_word,
-            figure_dir,
+            found, rows, curves, inputs["other_budget"], Path(settings["length_against"]), tokens_per_word, figure_dir
         )
         blocks += length_blocks
     write_curve_table(curves, Path(config.paths.reports) / "validation_curves.csv")

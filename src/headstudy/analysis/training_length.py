@@ -17,9 +17,10 @@ from headstudy.common.errors import ConfigError
 
 
 def other_budget_inputs(folder: Path, models: list[dict]) -> dict:
-    """The other study's test metrics and validation curve of every model this study has, by the
-    same names: a model missing there is refused, since a gap over fewer seeds would not pair."""
-    metrics, curves = {}, []
+    """The other study's test perplexity (by variant, then seed) and validation curve of every
+    model this study has, by the same names: a model missing there is refused, since a gap over
+    fewer seeds would not pair."""
+    test_ppl, curves = {}, []
     for model in models:
         name = model["name"]
         path = folder / "metrics" / f"{name}.json"
@@ -28,17 +29,13 @@ def other_budget_inputs(folder: Path, models: list[dict]) -> dict:
                 f"report.length_against={folder}: {path} not found; the study there must have every model "
                 f"of this one (same variants and seeds)"
             )
-        metrics[name] = read_json(path)
+        test_ppl.setdefault(str(model["variant"]), {})[model["seed"]] = read_json(path)["test_ppl"]
         curves.append(
             read_curve(folder / "metrics" / "curves" / f"{name}.csv").assign(
                 variant=str(model["variant"]), seed=model["seed"]
             )
         )
-    return {"metrics": metrics, "curves": pd.concat(curves, ignore_index=True)}
-
-
-def test_ppl_by_seed(metrics: dict[str, dict], models: list[dict], variant: str) -> dict[int, float]:
-    return {m["seed"]: metrics[m["name"]]["test_ppl"] for m in models if str(m["variant"]) == variant}
+    return {"test_ppl": test_ppl, "curves": pd.concat(curves, ignore_index=True)}
 
 
 def gap_along_training(curves: pd.DataFrame, variant_a: str, variant_b: str) -> pd.DataFrame:
@@ -55,8 +52,6 @@ def gap_along_training(curves: pd.DataFrame, variant_a: str, variant_b: str) -> 
 def training_length_section(
     found: list[dict],
     rows: list[dict],
-    models: list[dict],
-    metrics: dict[str, dict],
     curves: pd.DataFrame,
     other: dict,
     folder: Path,
@@ -65,10 +60,11 @@ def training_length_section(
 ) -> tuple[list, dict]:
     """Each comparison at both budgets, the change of its gap from the shorter budget to the
     longer (per seed: the gap at one minus the gap at the other), and each variant's own change.
-    `metrics` and `other["metrics"]` hold each model's test metrics by model name."""
+    This study's test perplexities are its rows'; the other's come from other_budget_inputs."""
     tokens_here = int(curves["tokens"].max())
     tokens_there = int(other["curves"]["tokens"].max())
-    budgets = {"here": (tokens_here, metrics, curves), "there": (tokens_there, other["metrics"], other["curves"])}
+    here = {row["variant"]: dict(zip(row["seeds"], row["test_ppl"], strict=True)) for row in rows}
+    budgets = {"here": (tokens_here, here, curves), "there": (tokens_there, other["test_ppl"], other["curves"])}
     shorter, longer = sorted(budgets, key=lambda key: budgets[key][0])
     summary = {"tokens": {"shorter": budgets[shorter][0], "longer": budgets[longer][0]}, "other_study": str(folder)}
     lines, gaps = [], {}
@@ -76,8 +72,8 @@ def training_length_section(
         a, b = comparison["variant_a"], comparison["variant_b"]
         at = {
             key: paired_difference(
-                test_ppl_by_seed(budgets[key][1], models, a),
-                test_ppl_by_seed(budgets[key][1], models, b),
+                budgets[key][1][a],
+                budgets[key][1][b],
                 comparison["a"],
                 comparison["b"],
                 tokens_per_word,
@@ -123,8 +119,8 @@ def training_length_section(
     for row in rows:
         variant = row["variant"]
         own = paired_difference(
-            test_ppl_by_seed(budgets[shorter][1], models, variant),
-            test_ppl_by_seed(budgets[longer][1], models, variant),
+            budgets[shorter][1][variant],
+            budgets[longer][1][variant],
             "shorter",
             "longer",
             tokens_per_word,
