@@ -67,3 +67,44 @@ def test_lightning_training_matches_a_plain_loop_weight_for_weight(small_corpus,
         STEPS, STEPS, settings.warmup_fraction, settings.start_factor, settings.final_factor
     )
     assert trainer.optimizers[0].param_groups[0]["lr"] == optimizer.param_groups[0]["lr"] == final_lr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not torch.cpu._is_avx512_bf16_supported(),
+    reason="this CPU computes no bfloat16 natively: trainer.precision=bf16-mixed is refused here",
+)
+def test_bf16_mixed_trains_in_bfloat16_and_keeps_float32_weights(small_corpus, in_project):
+    """bf16-mixed on a CPU: the matrix products of the stage's own training run in bfloat16 under
+    autocast, the weights stay float32, and the model learns (its loss on a batch falls)."""
+    overrides = ["model=tiny", "threads=1", "trainer.max_steps=30", "trainer.val_every_steps=15"]
+    config = compose_config([*overrides, "trainer.precision=bf16-mixed", *small_corpus])
+    tokens = {split: load_tokens(config.paths.prepared, split) for split in ("train", "valid")}
+    inputs, targets = TrainingBatches(tokens["train"], config.data.batch_size, config.model.context, config.seed)[0]
+    torch.manual_seed(config.seed)
+    module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, config.trainer.max_steps)
+    with torch.no_grad():
+        loss_before = next_token_loss(module.model(inputs), targets).item()
+    output_dtypes = set()
+    linear = next(layer for layer in module.model.modules() if isinstance(layer, torch.nn.Linear))
+    hook = linear.register_forward_hook(lambda _layer, _inputs, output: output_dtypes.add(output.dtype))
+
+    trainer = build_trainer(config, [])
+    trainer.fit(
+        module,
+        datamodule=TokenDataModule(
+            tokens["train"],
+            tokens["valid"],
+            config.data.batch_size,
+            config.model.context,
+            config.seed,
+            config.trainer.val_every_steps,
+        ),
+    )
+    hook.remove()
+
+    assert trainer.global_step == config.trainer.max_steps
+    assert output_dtypes == {torch.bfloat16}, output_dtypes
+    assert {weight.dtype for weight in module.model.parameters()} == {torch.float32}
+    with torch.no_grad():
+        assert next_token_loss(module.model(inputs), targets).item() < loss_before
