@@ -3,7 +3,8 @@ seeds, 95% CIs on log-perplexity), every comparison as a log-ratio of perplexiti
 per word with its 95% CI, the variants analysed together (seed as a block), the 2 x 2 of heads and
 output projection when the study has it, the budget evidence, a head-count sweep when the study is
 one, the n-gram baselines and the figures; or, for a learning-rate study (study.lrs), each
-variant's learning rate. As markdown, as self-contained HTML and as summary.json.
+variant's learning rate. As markdown, as self-contained HTML, as summary.json, and as the few
+headline numbers with their CIs in reports/metrics/ (`dvc metrics show`).
 
 What the report contains follows `report:` in the study's params.yaml, as the configure stage
 wrote it into the report's config file with the study and its models. Every sentence is decided
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from headstudy.analysis import report_figures
 from headstudy.analysis.budget import budget_section, evidence_curves
 from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
-from headstudy.analysis.headline import report_metrics
+from headstudy.analysis.headline import metric_files, write_metric_files
 from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.inputs import read_curve, read_json
 from headstudy.analysis.learning_rates import learning_rate_section, shared_rate_section
@@ -302,7 +303,7 @@ def report(config: DictConfig) -> dict:
     blocks, summary = build(config, study, settings, models, inputs)
     reports_dir = Path(config.paths.reports)
     write_json(reports_dir / "summary.json", nan_to_null(summary))
-    write_json(reports_dir / "metrics.json", report_metrics(summary))
+    write_metric_files(reports_dir / "metrics", metric_files(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
     return summary

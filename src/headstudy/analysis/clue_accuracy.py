@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from headstudy.analysis import clue_figures
+from headstudy.analysis.headline import estimate
 from headstudy.analysis.statistics import mean_ci95
 from headstudy.analysis.wording import label
 
@@ -217,19 +218,20 @@ def assignment_sentence(assigned: list[dict], rows: list[dict], focus: float) ->
     )
 
 
-def headline(summary: dict) -> dict[str, float]:
-    """`accuracy_pct/k{K}/VARIANT` (mean over seeds), `clues_focused/k{K}/VARIANT`,
-    `gap_points/B_vs_A/k{K}` and `largest_gap_k/B_vs_A`: finite numbers only."""
-    found = {}
-    for row in summary["rows"]:
-        found[f"accuracy_pct/k{row['k']}/{row['variant']}"] = 100 * row["accuracy_mean"]
-        found[f"clues_focused/k{row['k']}/{row['variant']}"] = row["clues_focused_mean"]
+def headline(summary: dict) -> dict[str, dict[str, float]]:
+    """The spotlight study's files of reports/metrics/ (analysis/headline.py): `accuracy_pct/k{K}/VARIANT`
+    (mean over seeds, with its CI) and `gap_points/B_vs_A/k{K}` (B's accuracy minus A's in points,
+    paired by seed, with its CI). How many clues the heads focus on, and the k of each pair's
+    largest gap, are in summary.json."""
+    found = {
+        f"accuracy_pct/k{row['k']}/{row['variant']}": estimate(row["accuracy_mean"], row.get("accuracy_ci95"), 100)
+        for row in summary["rows"]
+    }
     for comparison in summary["comparisons"]:
         pair = f"{comparison['b']}_vs_{comparison['a']}"
         for gap in comparison["by_k"]:
-            found[f"gap_points/{pair}/k{gap['k']}"] = 100 * gap["diff_mean"]
-        found[f"largest_gap_k/{pair}"] = comparison["largest"]["k"]
-    return {key: value for key, value in found.items() if math.isfinite(value)}
+            found[f"gap_points/{pair}/k{gap['k']}"] = estimate(gap["diff_mean"], gap.get("diff_ci95"), 100)
+    return {name: numbers for name, numbers in found.items() if math.isfinite(numbers["estimate"])}
 
 
 def spotlight_report(
