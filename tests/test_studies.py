@@ -118,3 +118,23 @@ def test_every_committed_lock_matches_the_committed_code_and_settings():
                 deps = change.get("changed deps", {}) if isinstance(change, dict) else {}
                 stale.update({f"{stage}: {path}": state for path, state in deps.items() if path in tracked})
     assert not stale, "rerun these stages with `dvc repro -s` and commit their locks: " + json.dumps(stale, indent=1)
+
+
+def test_dvc_plots_show_draws_one_validation_curve_plot_per_study_not_one_per_model():
+    command = [sys.executable, "-m", "dvc", "plots", "show", "--json"]
+    shown = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    assert not shown.get("errors"), shown["errors"]
+    for pipeline in [ROOT / "dvc.yaml", *sorted((ROOT / "studies").glob("*/dvc.yaml"))]:
+        stages = yaml.safe_load(pipeline.read_text())["stages"].values()
+        if not any(stage["cmd"].startswith("headstudy report") for stage in stages):
+            continue  # no perplexity report: the spotlight study's plots are its accuracy figures
+        folder = pipeline.parent.relative_to(ROOT).as_posix()
+        prefix = "" if folder == "." else f"{folder}/"
+        reports = [name for name in shown["data"] if name.startswith(f"{prefix}reports/")]
+        curves = [name for name in reports if "validation_curves" in name]
+        assert len(curves) == 1, (folder, curves)
+        assert not [name for name in shown["data"] if name.startswith(prefix) and "metrics/curves" in name]
+        if curves[0].endswith(".csv"):
+            variants = yaml.safe_load((pipeline.parent / "params.yaml").read_text())["study"]["variants"]
+            [drawn] = shown["data"][curves[0]]
+            assert all(f'"field": "{variant}"' in json.dumps(drawn["content"]) for variant in variants), folder
