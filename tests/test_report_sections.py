@@ -359,3 +359,30 @@ def test_the_metrics_folder_holds_a_file_per_headline_number_with_its_ci_and_not
     written = {path.relative_to(folder).as_posix() for path in folder.rglob("*.json")}
     assert written == {"test_ppl/1.json", "test_ppl/4.json", "change_pct/4_vs_1.json"}
     assert json.loads((folder / "test_ppl" / "1.json").read_text()) == files["test_ppl/1"]
+
+
+def test_both_renderings_box_the_headline_list_the_sections_and_number_every_caption(tmp_path):
+    figure = tmp_path / "curves.png"
+    figure.write_bytes(b"\x89PNG not drawn")
+    blocks = [
+        ("title", "T"),
+        ("headline", ["4 heads against 1 head: -3.6% per token, 95% CI [-3.9%, -3.2%]."]),
+        ("text", "Intro."),
+        ("heading", "Heads or projection: the 2 x 2"),
+        ("figure", (figure, "Curves.")),
+        ("heading", "Figures"),
+        ("heading", "Figures"),
+        ("figure", (figure, "Again.")),
+    ]
+    markdown = to_markdown(blocks, tmp_path)
+    boxed = "> **4 heads against 1 head: -3.6% per token, 95% CI [-3.9%, -3.2%].**"
+    assert markdown.startswith(f"# T\n\n{boxed}\n\nContents: ")
+    # GitHub's own anchors for these headings, a repeat numbered.
+    assert "[Heads or projection: the 2 x 2](#heads-or-projection-the-2-x-2) · [Figures](#figures) · " in markdown
+    assert "[Figures](#figures-1)" in markdown
+    assert "![curves](curves.png)\n\n*Figure 1. Curves.*" in markdown and "*Figure 2. Again.*" in markdown
+    page = to_html(blocks, "T")
+    assert page.index('<aside class="headline"') < page.index("<nav") < page.index("<p>Intro.</p>")
+    assert '<h2 id="figures-1">Figures<a class="anchor" href="#figures-1"' in page
+    assert '<a href="#heads-or-projection-the-2-x-2">' in page
+    assert "<figcaption>Figure 1. Curves.</figcaption>" in page and "<figcaption>Figure 2. Again.</figcaption>" in page

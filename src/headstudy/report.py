@@ -21,7 +21,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis import report_figures
 from headstudy.analysis.budget import budget_section, evidence_curves
-from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
+from headstudy.analysis.comparisons import (
+    comparison_blocks,
+    comparisons,
+    exp_show_columns,
+    headline_line,
+    pooled_blocks,
+)
 from headstudy.analysis.headline import metric_files, write_metric_files
 from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.inputs import read_curve, read_json
@@ -188,6 +194,7 @@ def study_report(
     header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks = [
         ("title", settings["title"]),
+        *([("headline", [headline_line(c) for c in found])] if found else []),
         ("text", header),
         (
             "text",
@@ -236,11 +243,23 @@ def study_report(
         ("heading", "Figures"),
         (
             "figure",
-            report_figures.validation_curves(
-                curves, {r["variant"]: r["label"] for r in rows}, figure_dir / "validation_curves.png"
+            (
+                report_figures.validation_curves(
+                    curves, {r["variant"]: r["label"] for r in rows}, figure_dir / "validation_curves.png"
+                ),
+                "Validation perplexity per token against training tokens: each variant's mean over seeds as a "
+                "line, the band from its lowest to its highest seed.",
             ),
         ),
-        ("figure", report_figures.test_perplexity(rows, figure_dir / "test_perplexity.png")),
+        (
+            "figure",
+            (
+                report_figures.test_perplexity(rows, figure_dir / "test_perplexity.png"),
+                "Test perplexity per token of each variant (geometric mean over seeds, 95% CI); each seed a dot, "
+                "the dots of one seed joined across variants, as the comparisons pair them. The axis spans the "
+                "results, not 0.",
+            ),
+        ),
         (
             "text",
             f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per line as the PTB "
@@ -287,7 +306,13 @@ def learning_rate_report(
         labels,
         Path(config.paths.reports) / "figures",
     )
-    return [("title", settings["title"]), ("text", header), *blocks, *shared], {
+    best = [
+        f"{label(v, labels)}: best at learning rate {summary['selected_lr'][v]:g}, final validation perplexity "
+        f"{summary['selected_val_ppl'][v]:.2f} (seed{'s' if len(study['seeds']) > 1 else ''} "
+        f"{', '.join(map(str, study['seeds']))})."
+        for v in variants
+    ]
+    return [("title", settings["title"]), ("headline", best), ("text", header), *blocks, *shared], {
         "provenance": summary_provenance,
         **summary,
         **shared_summary,
