@@ -28,7 +28,8 @@ window.addEventListener('load', () => {
   // without scrolling it (tables scroll inside themselves when wider than the page).
   const table = document.querySelector('table');
   if (table) {
-    const box = table.getBoundingClientRect();
+    // The box a reader sees it in: a table wider than the page scrolls inside its own box.
+    const box = (table.closest('.table') || table).getBoundingClientRect();
     found.headline = {
       width: box.width,
       height: box.height,
@@ -40,6 +41,26 @@ window.addEventListener('load', () => {
       }).map(th => th.textContent),
     };
   }
+  // What a reader finds at the top, how the page links to itself, and whether tables fit.
+  const box = document.querySelector('.headline');
+  found.headline_box = box && {
+    text: box.textContent,
+    after_title: box.previousElementSibling && box.previousElementSibling.tagName === 'H1',
+  };
+  const links = [...document.querySelectorAll('nav a')].map(a => a.getAttribute('href'));
+  found.contents = links;
+  found.contents_resolve = links.every(h => h.startsWith('#') && document.getElementById(h.slice(1)) !== null);
+  found.headings = [...document.querySelectorAll('h2')].map(h => ({
+    id: h.id,
+    anchor: (h.querySelector('a.anchor') || {getAttribute: () => null}).getAttribute('href'),
+  }));
+  found.figures = [...document.querySelectorAll('figure')].map(f => {
+    const caption = f.querySelector('figcaption');
+    return caption ? caption.textContent : '';
+  });
+  const tables = [...document.querySelectorAll('.table')];
+  found.tables = tables.length;
+  found.tables_scrolling = tables.filter(t => t.scrollWidth > t.clientWidth + 1).length;
   document.body.setAttribute('data-check', JSON.stringify(found));
 });
 </script>"""

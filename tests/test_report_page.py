@@ -9,6 +9,7 @@ from browser import check_page
 from conftest import ROOT
 
 REPORTS = [ROOT / "reports/results.html", ROOT / "studies/heads-sweep/reports/results.html"]
+EVERY_REPORT = [ROOT / "reports/results.html", *sorted(ROOT.glob("studies/*/reports/results.html"))]
 
 
 @pytest.mark.parametrize("width", [1280, 800])
@@ -26,3 +27,29 @@ def test_every_image_loads_and_nothing_is_wider_than_the_page(report, width, tmp
     assert headline["rows"] == len(rows) + 2  # the unigram and bigram baselines
     assert headline["height"] > 20 * headline["rows"] and 0 < headline["right"] <= width
     assert {"Model", "Test perplexity"} <= set(headline["visible_headers"]), headline["visible_headers"]
+
+
+@pytest.mark.parametrize("report", EVERY_REPORT, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_answer_is_boxed_under_the_title_and_every_section_and_figure_can_be_found(report, tmp_path):
+    found = check_page(report, tmp_path, 1280)
+    box = found["headline_box"]
+    assert box and box["after_title"], "no headline box right under the title"
+    comparisons = json.loads((report.parent / "summary.json").read_text()).get("comparisons") or []
+    if comparisons and "relative_ci95" in comparisons[0]:  # a perplexity study: each pre-stated change with its CI
+        assert box["text"].count("95% CI") == len(comparisons)
+    # A table of contents whose every link lands on a heading, and every heading linkable.
+    assert found["contents"] == [f"#{heading['id']}" for heading in found["headings"]] and found["contents_resolve"]
+    assert all(heading["id"] and heading["anchor"] == f"#{heading['id']}" for heading in found["headings"])
+    # A numbered caption under every figure.
+    assert found["figures"] and all(
+        caption.startswith(f"Figure {number}. ") and len(caption) > 40
+        for number, caption in enumerate(found["figures"], start=1)
+    ), found["figures"]
+
+
+@pytest.mark.parametrize("report", EVERY_REPORT, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_tables_use_the_page_width_and_fit_a_wide_window_without_scrolling(report, tmp_path):
+    wide = check_page(report, tmp_path, 1280)
+    assert wide["tables"] > 0 and wide["tables_scrolling"] == 0
+    narrow = check_page(report, tmp_path, 800)  # a narrow window: a wide table scrolls in its own box, not the page
+    assert not narrow["page_overflows"]

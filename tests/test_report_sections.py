@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from headstudy import report
-from headstudy.analysis import budget, comparisons
+from headstudy.analysis import budget, comparisons, headline
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import additive_fit, holm, paired_difference
 from headstudy.formats.names import model_name
@@ -333,3 +333,56 @@ def test_training_length_refuses_another_study_without_every_model_of_this_one(t
     models = [{"name": "h1-s1", "variant": "1", "seed": 1}, {"name": "h1-s2", "variant": "1", "seed": 2}]
     with pytest.raises(ConfigError, match=r"report.length_against=.*h1-s2.json not found"):
         other_budget_inputs(tmp_path, models)
+
+
+def test_the_metrics_folder_holds_a_file_per_headline_number_with_its_ci_and_nothing_stale(tmp_path):
+    summary = {
+        "rows": [
+            {"variant": "1", "test_ppl_mean": 20.0, "test_ppl_ci95": [19.5, 20.5]},
+            {"variant": "4", "test_ppl_mean": 19.0, "test_ppl_ci95": [float("nan"), float("nan")]},  # one seed
+        ],
+        "comparisons": [
+            {"variant_a": "1", "variant_b": "4", **paired_difference({0: 20.0, 1: 21.0}, {0: 19.0, 1: 19.5}, "a", "b")}
+        ],
+    }
+    files = headline.metric_files(summary)
+    assert files["test_ppl/1"] == {"estimate": 20.0, "lower95": 19.5, "upper95": 20.5}
+    assert files["test_ppl/4"] == {"estimate": 19.0}
+    change = files["change_pct/4_vs_1"]
+    assert change["estimate"] == pytest.approx(100 * summary["comparisons"][0]["relative"])
+    assert change["lower95"] < change["estimate"] < change["upper95"]
+
+    folder = tmp_path / "metrics"
+    (folder / "change_pct").mkdir(parents=True)
+    (folder / "change_pct" / "8_vs_1.json").write_text("{}")  # a comparison the study no longer makes
+    headline.write_metric_files(folder, files)
+    written = {path.relative_to(folder).as_posix() for path in folder.rglob("*.json")}
+    assert written == {"test_ppl/1.json", "test_ppl/4.json", "change_pct/4_vs_1.json"}
+    assert json.loads((folder / "test_ppl" / "1.json").read_text()) == files["test_ppl/1"]
+
+
+def test_both_renderings_box_the_headline_list_the_sections_and_number_every_caption(tmp_path):
+    figure = tmp_path / "curves.png"
+    figure.write_bytes(b"\x89PNG not drawn")
+    blocks = [
+        ("title", "T"),
+        ("headline", ["4 heads against 1 head: -3.6% per token, 95% CI [-3.9%, -3.2%]."]),
+        ("text", "Intro."),
+        ("heading", "Heads or projection: the 2 x 2"),
+        ("figure", (figure, "Curves.")),
+        ("heading", "Figures"),
+        ("heading", "Figures"),
+        ("figure", (figure, "Again.")),
+    ]
+    markdown = to_markdown(blocks, tmp_path)
+    boxed = "> **4 heads against 1 head: -3.6% per token, 95% CI [-3.9%, -3.2%].**"
+    assert markdown.startswith(f"# T\n\n{boxed}\n\nContents: ")
+    # GitHub's own anchors for these headings, a repeat numbered.
+    assert "[Heads or projection: the 2 x 2](#heads-or-projection-the-2-x-2) · [Figures](#figures) · " in markdown
+    assert "[Figures](#figures-1)" in markdown
+    assert "![curves](curves.png)\n\n*Figure 1. Curves.*" in markdown and "*Figure 2. Again.*" in markdown
+    page = to_html(blocks, "T")
+    assert page.index('<aside class="headline"') < page.index("<nav") < page.index("<p>Intro.</p>")
+    assert '<h2 id="figures-1">Figures<a class="anchor" href="#figures-1"' in page
+    assert '<a href="#heads-or-projection-the-2-x-2">' in page
+    assert "<figcaption>Figure 1. Curves.</figcaption>" in page and "<figcaption>Figure 2. Again.</figcaption>" in page

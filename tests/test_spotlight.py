@@ -318,9 +318,14 @@ def test_dvc_repro_of_the_study_scores_every_model_and_reports(tmp_path):
     summary = json.loads((study / "reports" / "summary.json").read_text())
     assert [(row["variant"], row["k"]) for row in summary["rows"]] == [("1", 2), ("2", 2)]
     assert summary["comparisons"][0]["largest"]["k"] == 2
-    headline = json.loads((study / "reports" / "metrics.json").read_text())
-    assert headline["largest_gap_k/2_vs_1"] == 2 and "accuracy_pct/k2/1" in headline
-    assert all(isinstance(value, (int, float)) for value in headline.values())
+    headline = {
+        path.relative_to(study / "reports" / "metrics").as_posix(): json.loads(path.read_text())
+        for path in (study / "reports" / "metrics").rglob("*.json")
+    }
+    assert set(headline) == {"accuracy_pct/k2/1.json", "accuracy_pct/k2/2.json", "gap_points/2_vs_1/k2.json"}
+    gap = headline["gap_points/2_vs_1/k2.json"]
+    assert gap["estimate"] == pytest.approx(100 * summary["comparisons"][0]["by_k"][0]["diff_mean"])
+    assert all(set(numbers) <= {"estimate", "lower95", "upper95"} for numbers in headline.values())
     report = (study / "reports" / "results.md").read_text()
     assert "| 2 heads " in report and "Chance" in report and "75.0%" in report and "Where the heads look" in report
     assert (study / "reports" / "results.html").read_text().count("data:image/png;base64,") == 2

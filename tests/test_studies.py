@@ -5,9 +5,11 @@ it selected."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -65,16 +67,35 @@ def numbers_only(tree) -> bool:
 
 
 def test_every_metrics_file_of_the_default_study_holds_numbers_only():
-    # The files dvc.yaml declares as metrics, which `dvc metrics show` and `dvc exp show` list.
-    files = [
-        ROOT / "metrics" / "baselines.json",
-        ROOT / "reports" / "metrics.json",
-        *(ROOT / "metrics").glob("h*.json"),
-    ]
-    study = default_study()
-    assert len(files) == 2 + len(study["variants"]) * len(study["seeds"])
+    # The files dvc.yaml declares as metrics, which `dvc metrics show` and `dvc exp show` list:
+    # reports/metrics/, a file per variant's perplexity, comparison and 2 x 2 contrast.
+    folder = ROOT / "reports" / "metrics"
+    files = sorted(folder.rglob("*.json"))
+    perplexities = {path.relative_to(folder).as_posix() for path in files if "test_ppl" in path.parts}
+    assert perplexities == {f"test_ppl/{variant}.json" for variant in default_study()["variants"]}
     for path in files:
-        assert numbers_only(json.loads(path.read_text())), path
+        numbers = json.loads(path.read_text())
+        assert numbers_only(numbers) and set(numbers) <= {"estimate", "lower95", "upper95"}, path
+
+
+def test_dvc_metrics_show_of_the_committed_studies_fits_80_lines_of_120_columns():
+    """The answer at a glance: a row per number, its estimate and 95% CI, and nothing wider than a terminal."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "dvc", "metrics", "show"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "120"},
+    ).stdout.splitlines()
+    assert len(shown) <= 80 and max(map(len, shown)) <= 120, "\n".join(shown)
+    assert shown[0].split() == ["Path", "estimate", "lower95", "upper95"]
+    rows = {line.split()[0]: line.split()[1:] for line in shown[1:]}
+    summary = json.loads((ROOT / "reports" / "summary.json").read_text())
+    for comparison in summary["comparisons"]:
+        pair = f"{comparison['variant_b']}_vs_{comparison['variant_a']}"
+        estimate, low, high = map(float, rows[f"reports/metrics/change_pct/{pair}.json"])
+        assert low < estimate < high and estimate == pytest.approx(100 * comparison["relative"], abs=1e-3)
 
 
 def test_every_committed_lock_matches_the_committed_code_and_settings():
@@ -97,3 +118,23 @@ def test_every_committed_lock_matches_the_committed_code_and_settings():
                 deps = change.get("changed deps", {}) if isinstance(change, dict) else {}
                 stale.update({f"{stage}: {path}": state for path, state in deps.items() if path in tracked})
     assert not stale, "rerun these stages with `dvc repro -s` and commit their locks: " + json.dumps(stale, indent=1)
+
+
+def test_dvc_plots_show_draws_one_validation_curve_plot_per_study_not_one_per_model():
+    command = [sys.executable, "-m", "dvc", "plots", "show", "--json"]
+    shown = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    assert not shown.get("errors"), shown["errors"]
+    for pipeline in [ROOT / "dvc.yaml", *sorted((ROOT / "studies").glob("*/dvc.yaml"))]:
+        stages = yaml.safe_load(pipeline.read_text())["stages"].values()
+        if not any(stage["cmd"].startswith("headstudy report") for stage in stages):
+            continue  # no perplexity report: the spotlight study's plots are its accuracy figures
+        folder = pipeline.parent.relative_to(ROOT).as_posix()
+        prefix = "" if folder == "." else f"{folder}/"
+        reports = [name for name in shown["data"] if name.startswith(f"{prefix}reports/")]
+        curves = [name for name in reports if "validation_curves" in name]
+        assert len(curves) == 1, (folder, curves)
+        assert not [name for name in shown["data"] if name.startswith(prefix) and "metrics/curves" in name]
+        if curves[0].endswith(".csv"):
+            variants = yaml.safe_load((pipeline.parent / "params.yaml").read_text())["study"]["variants"]
+            [drawn] = shown["data"][curves[0]]
+            assert all(f'"field": "{variant}"' in json.dumps(drawn["content"]) for variant in variants), folder

@@ -212,13 +212,37 @@ def test_training_run_holds_a_loss_curve_test_perplexity_and_only_training_param
     assert not [key for key in params if key.split(".")[0] in ("paths", "inspect", "baselines")]
 
 
-def test_training_run_has_the_prepared_data_as_its_dataset(study):
+def test_training_run_has_the_prepared_data_as_its_dataset_and_the_test_split_as_its_evaluations(study):
     _, rest, _ = study
     child = runs_by_name(rest, experiment(rest)["experiment_id"])["h1-s0"]
-    [used] = child["inputs"]["dataset_inputs"]
-    assert used["dataset"]["name"] == "textdir-prepared"
-    assert used["dataset"]["digest"] == tags(child["data"])["data.sha256"][:16]
-    assert tags(used) == {"mlflow.data.context": "training"}
+    used = {tags(found)["mlflow.data.context"]: found["dataset"] for found in child["inputs"]["dataset_inputs"]}
+    assert set(used) == {"training", "test"}
+    assert used["training"]["name"] == "textdir-prepared" and used["test"]["name"] == "textdir-prepared-test"
+    assert used["training"]["digest"] == used["test"]["digest"] == tags(child["data"])["data.sha256"][:16]
+    assert list(json.loads(used["test"]["profile"])["features_shape"]) == ["test"]
+
+
+def test_the_logged_model_shows_its_test_perplexity_on_the_test_split_and_ranks_by_it(study):
+    """MLflow's model list: each trained model with test/ppl against the test split, sortable."""
+    project, rest, _ = study
+    child = runs_by_name(rest, experiment(rest)["experiment_id"])["h1-s0"]
+    [output] = child["outputs"]["model_outputs"]
+    logged = rest.get(f"/api/2.0/mlflow/logged-models/{output['model_id']}")["model"]
+    metrics = {metric["key"]: metric for metric in logged["data"]["metrics"]}
+    evaluated = json.loads((project / "metrics/h1-s0.json").read_text())
+    assert metrics["test/ppl"]["value"] == evaluated["test_ppl"]
+    assert metrics["test/word_ppl"]["value"] == evaluated["test_word_ppl"]
+    assert metrics["test/ppl"]["dataset_name"] == "textdir-prepared-test"
+    assert metrics["test/ppl"]["dataset_digest"] == tags(child["data"])["data.sha256"][:16]
+    ranked = rest.post(
+        "/api/2.0/mlflow/logged-models/search",
+        {
+            "experiment_ids": [experiment(rest)["experiment_id"]],
+            "filter": f"metrics.`test/ppl` <= {evaluated['test_ppl']}",
+            "order_by": [{"field_name": "metrics.test/ppl", "ascending": True}],
+        },
+    )["models"]
+    assert [model["info"]["model_id"] for model in ranked] == [output["model_id"]]
 
 
 def test_logged_model_loads_and_computes_what_the_trained_model_computes(study, monkeypatch):

@@ -1,26 +1,34 @@
-"""`headstudy experiments [dvc exp show options]`: the study's DVC experiments in one table that
-fits a terminal.
+"""`headstudy experiments [dvc exp show options]`: the study's DVC experiments in tables that fit
+the terminal.
 
 `dvc exp show` has a column for every parameter and metric of every study in the repository
 (hundreds). This keeps the study of the folder it runs in: the settings of its params.yaml that
-differ between the rows, the test perplexity of each variant, and the per-token change of each
-comparison in percent (negative: B is better). Options such as `-A` go to `dvc exp show`."""
+differ between the rows, the test perplexity of each variant, and each comparison's per-token
+change in percent with its 95% CI (negative: B is better), all read from the files of
+reports/metrics/ (analysis/headline.py). Columns that do not fit the terminal's width go to a
+second table, each table led by the rows' names. Options such as `-A` go to `dvc exp show`."""
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import subprocess
 import sys
+import textwrap
 
 import pandas as pd
 
-from headstudy.analysis.headline import numeric_leaves
 from headstudy.bookkeeping.provenance import flatten
 from headstudy.common.errors import ConfigError
 
 PARAMS = "params.yaml"
-METRICS = "reports/metrics.json"
-COMPARISON_SUFFIX = "/per_token"
+METRICS = "reports/metrics/"
+NAME = "experiment"
+NOTE = (
+    "ppl: test perplexity per token (geometric mean over seeds). B vs A %: B's change in per-token "
+    "perplexity against A, in percent, with its 95% CI; negative: B is better."
+)
 
 
 def shown_experiments(options: list[str]) -> list[dict]:
@@ -36,11 +44,16 @@ def shown_experiments(options: list[str]) -> list[dict]:
 
 
 def study_data(entry: dict) -> tuple[dict, dict]:
-    """One row's params of params.yaml (flat) and numbers of reports/metrics.json."""
+    """One row's params of params.yaml and the files of reports/metrics/, by name
+    (`change_pct/4_vs_1`: {estimate, lower95, upper95})."""
     data = entry.get("data") or {}
     params = ((data.get("params") or {}).get(PARAMS) or {}).get("data") or {}
-    metrics = ((data.get("metrics") or {}).get(METRICS) or {}).get("data") or {}
-    return flatten(params), numeric_leaves(metrics)
+    metrics = {
+        path.removeprefix(METRICS).removesuffix(".json"): (found or {}).get("data") or {}
+        for path, found in (data.get("metrics") or {}).items()
+        if path.startswith(METRICS) and path.endswith(".json")
+    }
+    return params, metrics
 
 
 def short(revision: str) -> str:
@@ -60,47 +73,122 @@ def rows(shown: list[dict]) -> list[tuple[str, dict, dict]]:
     return found
 
 
-def metric_names(found: list[tuple[str, dict, dict]], prefix: str, suffix: str = "") -> list[str]:
-    """What stands between prefix and suffix in the rows' metric names, in order of appearance."""
-    return list(
-        dict.fromkeys(
-            name.removeprefix(prefix).removesuffix(suffix)
-            for _, _, metrics in found
-            for name in metrics
-            if name.startswith(prefix) and name.endswith(suffix)
-        )
-    )
+def metric_names(found: list[tuple[str, dict, dict]], prefix: str) -> list[str]:
+    """The names after prefix among the rows' metrics files, in order of appearance."""
+    names = (name for _, _, metrics in found for name in metrics)
+    return list(dict.fromkeys(name.removeprefix(prefix) for name in names if name.startswith(prefix)))
+
+
+def in_study_order(names: list[str], found: list[tuple[str, dict, dict]], study_order) -> list[str]:
+    """names in the order the rows' params.yaml gives them (study_order(params): a list), the
+    names it does not give after them, as they came."""
+    given = [str(name) for _, params, _ in found for name in study_order(params)]
+    return sorted(names, key=lambda name: given.index(name) if name in given else len(given))
+
+
+def variants_of(params: dict) -> list:
+    return list((params.get("study") or {}).get("variants") or [])
+
+
+def pairs_of(params: dict) -> list[str]:
+    return [f"{pair[1]}_vs_{pair[0]}" for pair in (params.get("report") or {}).get("compare") or [] if len(pair) == 2]
+
+
+def number(numbers: dict, key: str) -> float:
+    value = numbers.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
 def table(shown: list[dict]) -> pd.DataFrame:
+    """A row per experiment: its changed settings, `ppl VARIANT`, and per comparison `B vs A %`
+    with its CI in `B vs A % low` and `B vs A % high` (render puts the three in one column)."""
     found = rows(shown)
-    keys = sorted({key for _, params, _ in found for key in params if not key.startswith("report.")})
-    changed = [key for key in keys if len({params.get(key) for _, params, _ in found}) > 1]
-    variants = metric_names(found, "test_ppl/")
-    comparisons = metric_names(found, "change_pct/", COMPARISON_SUFFIX)
+    flat = [flatten(params) for _, params, _ in found]
+    keys = sorted({key for params in flat for key in params if not key.startswith("report.")})
+    changed = [key for key in keys if len({params.get(key) for params in flat}) > 1]
+    variants = in_study_order(metric_names(found, "test_ppl/"), found, variants_of)
+    comparisons = in_study_order(metric_names(found, "change_pct/"), found, pairs_of)
     # A setting by its last part (`max_steps`) where that names one of them: the table stays narrow.
     last_parts = [key.rsplit(".", 1)[-1] for key in changed]
     headers = {
         key: part if last_parts.count(part) == 1 else key for key, part in zip(changed, last_parts, strict=False)
     }
     records = []
-    for name, params, metrics in found:
-        record = {"experiment": name, **{headers[key]: params.get(key, "") for key in changed}}
-        record.update({f"ppl {variant}": metrics.get(f"test_ppl/{variant}") for variant in variants})
-        record.update(
-            {
-                f"{pair.replace('_vs_', ' vs ')} %": metrics.get(f"change_pct/{pair}{COMPARISON_SUFFIX}")
-                for pair in comparisons
-            }
-        )
+    for (name, _, metrics), params in zip(found, flat, strict=True):
+        record = {NAME: name, **{headers[key]: params.get(key, "") for key in changed}}
+        record.update({f"ppl {v}": number(metrics.get(f"test_ppl/{v}", {}), "estimate") for v in variants})
+        for pair in comparisons:
+            change = metrics.get(f"change_pct/{pair}", {})
+            column = f"{pair.replace('_vs_', ' vs ')} %"
+            record.update(
+                {
+                    column: number(change, "estimate"),
+                    f"{column} low": number(change, "lower95"),
+                    f"{column} high": number(change, "upper95"),
+                }
+            )
         records.append(record)
     return pd.DataFrame.from_records(records)
 
 
-def render(frame: pd.DataFrame) -> str:
-    formats = {column: "{:.2f}".format for column in frame.columns if column.startswith("ppl ")}
-    formats.update({column: "{:+.1f}".format for column in frame.columns if column.endswith(" %")})
-    return frame.to_string(index=False, formatters=formats, na_rep="-")
+def change_text(estimate: float, low: float, high: float) -> str:
+    """`-3.6 [-3.9, -3.2]`; the estimate alone without a CI; `-` when not measured."""
+    if math.isnan(estimate):
+        return "-"
+    if math.isnan(low) or math.isnan(high):
+        return f"{estimate:+.1f}"
+    return f"{estimate:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def shown_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table as text cells: perplexities to 2 decimals, each change with its CI in one column."""
+    shown = pd.DataFrame(index=frame.index)
+    for column in frame.columns:
+        if column.endswith((" % low", " % high")):
+            continue
+        if column.endswith(" %"):
+            shown[column] = [
+                change_text(*values)
+                for values in zip(frame[column], frame[f"{column} low"], frame[f"{column} high"], strict=True)
+            ]
+        elif column.startswith("ppl "):
+            shown[column] = ["-" if math.isnan(value) else f"{value:.2f}" for value in frame[column]]
+        else:
+            shown[column] = frame[column].astype(str)
+    return shown
+
+
+def column_width(shown: pd.DataFrame, column: str) -> int:
+    return max([len(column), *(len(cell) for cell in shown[column])])
+
+
+def text_table(shown: pd.DataFrame, columns: list[str]) -> str:
+    """The experiments' names left-aligned, every other column right-aligned, two spaces apart."""
+    widths = [column_width(shown, column) for column in columns]
+
+    def line(cells: list[str]) -> str:
+        first, *others = cells
+        return "  ".join([first.ljust(widths[0]), *(c.rjust(w) for c, w in zip(others, widths[1:], strict=True))])
+
+    return "\n".join([line(columns), *(line([row[c] for c in columns]) for _, row in shown.iterrows())])
+
+
+def render(frame: pd.DataFrame, width: int | None = None) -> str:
+    """The table in as few tables as fit `width` (by default the terminal's), each led by the
+    experiments' names, then what the columns mean."""
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    shown = shown_columns(frame)
+    parts: list[list[str]] = [[]]
+    used = column_width(shown, NAME)
+    for column in [column for column in shown.columns if column != NAME]:
+        needed = 2 + column_width(shown, column)
+        if parts[-1] and used + needed > width:
+            parts.append([])
+            used = column_width(shown, NAME)
+        parts[-1].append(column)
+        used += needed
+    tables = [text_table(shown, [NAME, *part]) for part in parts]
+    return "\n\n".join(tables) + "\n\n" + textwrap.fill(NOTE, width=width)
 
 
 def main(options: list[str]) -> None:

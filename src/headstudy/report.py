@@ -3,7 +3,8 @@ seeds, 95% CIs on log-perplexity), every comparison as a log-ratio of perplexiti
 per word with its 95% CI, the variants analysed together (seed as a block), the 2 x 2 of heads and
 output projection when the study has it, the budget evidence, a head-count sweep when the study is
 one, the n-gram baselines and the figures; or, for a learning-rate study (study.lrs), each
-variant's learning rate. As markdown, as self-contained HTML and as summary.json.
+variant's learning rate. As markdown, as self-contained HTML, as summary.json, and as the few
+headline numbers with their CIs in reports/metrics/ (`dvc metrics show`).
 
 What the report contains follows `report:` in the study's params.yaml, as the configure stage
 wrote it into the report's config file with the study and its models. Every sentence is decided
@@ -20,8 +21,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis import report_figures
 from headstudy.analysis.budget import budget_section, evidence_curves
-from headstudy.analysis.comparisons import comparison_blocks, comparisons, exp_show_columns, pooled_blocks
-from headstudy.analysis.headline import report_metrics
+from headstudy.analysis.comparisons import (
+    comparison_blocks,
+    comparisons,
+    exp_show_columns,
+    headline_line,
+    pooled_blocks,
+)
+from headstudy.analysis.headline import metric_files, write_metric_files
 from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.inputs import read_curve, read_json
 from headstudy.analysis.learning_rates import learning_rate_section, shared_rate_section
@@ -187,6 +194,7 @@ def study_report(
     header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks = [
         ("title", settings["title"]),
+        *([("headline", [headline_line(c) for c in found])] if found else []),
         ("text", header),
         (
             "text",
@@ -235,11 +243,23 @@ def study_report(
         ("heading", "Figures"),
         (
             "figure",
-            report_figures.validation_curves(
-                curves, {r["variant"]: r["label"] for r in rows}, figure_dir / "validation_curves.png"
+            (
+                report_figures.validation_curves(
+                    curves, {r["variant"]: r["label"] for r in rows}, figure_dir / "validation_curves.png"
+                ),
+                "Validation perplexity per token against training tokens: each variant's mean over seeds as a "
+                "line, the band from its lowest to its highest seed.",
             ),
         ),
-        ("figure", report_figures.test_perplexity(rows, figure_dir / "test_perplexity.png")),
+        (
+            "figure",
+            (
+                report_figures.test_perplexity(rows, figure_dir / "test_perplexity.png"),
+                "Test perplexity per token of each variant (geometric mean over seeds, 95% CI); each seed a dot, "
+                "the dots of one seed joined across variants, as the comparisons pair them. The axis spans the "
+                "results, not 0.",
+            ),
+        ),
         (
             "text",
             f"Per-word perplexity is exp(total NLL / words), counting one end-of-line per line as the PTB "
@@ -286,7 +306,13 @@ def learning_rate_report(
         labels,
         Path(config.paths.reports) / "figures",
     )
-    return [("title", settings["title"]), ("text", header), *blocks, *shared], {
+    best = [
+        f"{label(v, labels)}: best at learning rate {summary['selected_lr'][v]:g}, final validation perplexity "
+        f"{summary['selected_val_ppl'][v]:.2f} (seed{'s' if len(study['seeds']) > 1 else ''} "
+        f"{', '.join(map(str, study['seeds']))})."
+        for v in variants
+    ]
+    return [("title", settings["title"]), ("headline", best), ("text", header), *blocks, *shared], {
         "provenance": summary_provenance,
         **summary,
         **shared_summary,
@@ -302,7 +328,7 @@ def report(config: DictConfig) -> dict:
     blocks, summary = build(config, study, settings, models, inputs)
     reports_dir = Path(config.paths.reports)
     write_json(reports_dir / "summary.json", nan_to_null(summary))
-    write_json(reports_dir / "metrics.json", report_metrics(summary))
+    write_metric_files(reports_dir / "metrics", metric_files(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
     return summary

@@ -5,8 +5,8 @@ the video's 75% against 35%; and where the heads look, clue by clue.
 
 It reads configs/report.yaml (the study's models, report settings and paths) and, per model,
 metrics/NAME.json and metrics/attention/NAME.json; it writes reports/results.md, results.html
-(the same blocks), summary.json, the figures, and metrics.json: the headline numbers, flat and
-numeric, for `dvc metrics show`. The analysis is analysis/clue_accuracy.py's."""
+(the same blocks), summary.json, the figures, and metrics/: the headline numbers with their CIs,
+one file each, for `dvc metrics show` (analysis/headline.py). The analysis is analysis/clue_accuracy.py's."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis.clue_accuracy import accuracy_table, headline, spotlight_report
+from headstudy.analysis.headline import write_metric_files
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null
 from headstudy.bookkeeping import guards
@@ -58,7 +59,7 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
     focus = read_json(metrics_dir / "attention" / f"{models[0]['name']}.json")["focus"]
     blocks, summary = spotlight_report(models, variants, ks, focus, settings, reports_dir / "figures")
     write_json(reports_dir / "summary.json", nan_to_null(summary))
-    write_json(reports_dir / "metrics.json", headline(summary))
+    write_metric_files(reports_dir / "metrics", headline(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
     print(accuracy_table(summary["rows"], ks).to_string(index=False))

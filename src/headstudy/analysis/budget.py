@@ -141,7 +141,14 @@ def budget_evidence(evidence_dir: Path, tokens: int, settings: dict, figure_dir:
             "learning rate than a run of that length ends with, so they overstate the perplexity such a run "
             "reaches.",
         ),
-        ("figure", figure),
+        (
+            "figure",
+            (
+                figure,
+                "The long runs: validation perplexity against training tokens (left) and the relative gap "
+                "between them (right), this study's budget marked.",
+            ),
+        ),
     ], {
         "gap_first": float(long_gap.iloc[0]),
         "gap_at_budget": at_budget,

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from headstudy.analysis import clue_figures
+from headstudy.analysis.headline import estimate
 from headstudy.analysis.statistics import mean_ci95
 from headstudy.analysis.wording import label
 
@@ -217,19 +218,33 @@ def assignment_sentence(assigned: list[dict], rows: list[dict], focus: float) ->
     )
 
 
-def headline(summary: dict) -> dict[str, float]:
-    """`accuracy_pct/k{K}/VARIANT` (mean over seeds), `clues_focused/k{K}/VARIANT`,
-    `gap_points/B_vs_A/k{K}` and `largest_gap_k/B_vs_A`: finite numbers only."""
-    found = {}
-    for row in summary["rows"]:
-        found[f"accuracy_pct/k{row['k']}/{row['variant']}"] = 100 * row["accuracy_mean"]
-        found[f"clues_focused/k{row['k']}/{row['variant']}"] = row["clues_focused_mean"]
+def gap_headline(comparison: dict, labels: dict) -> str:
+    """One line of the report's headline box: B's accuracy minus A's at every k, in points, with its CI."""
+    gaps = []
+    for gap in comparison["by_k"]:
+        low, high = gap["diff_ci95"]
+        ci = "" if math.isnan(low) or math.isnan(high) else f" [{100 * low:+.1f}, {100 * high:+.1f}]"
+        gaps.append(f"k = {gap['k']}: {100 * gap['diff_mean']:+.1f}{ci}")
+    return (
+        f"{label(comparison['b'], labels)} against {label(comparison['a'], labels)}, accuracy at the answer in "
+        f"points (paired by seed, 95% CI): {'; '.join(gaps)}."
+    )
+
+
+def headline(summary: dict) -> dict[str, dict[str, float]]:
+    """The spotlight study's files of reports/metrics/ (analysis/headline.py): `accuracy_pct/k{K}/VARIANT`
+    (mean over seeds, with its CI) and `gap_points/B_vs_A/k{K}` (B's accuracy minus A's in points,
+    paired by seed, with its CI). How many clues the heads focus on, and the k of each pair's
+    largest gap, are in summary.json."""
+    found = {
+        f"accuracy_pct/k{row['k']}/{row['variant']}": estimate(row["accuracy_mean"], row.get("accuracy_ci95"), 100)
+        for row in summary["rows"]
+    }
     for comparison in summary["comparisons"]:
         pair = f"{comparison['b']}_vs_{comparison['a']}"
         for gap in comparison["by_k"]:
-            found[f"gap_points/{pair}/k{gap['k']}"] = 100 * gap["diff_mean"]
-        found[f"largest_gap_k/{pair}"] = comparison["largest"]["k"]
-    return {key: value for key, value in found.items() if math.isfinite(value)}
+            found[f"gap_points/{pair}/k{gap['k']}"] = estimate(gap["diff_mean"], gap.get("diff_ci95"), 100)
+    return {name: numbers for name, numbers in found.items() if math.isfinite(numbers["estimate"])}
 
 
 def spotlight_report(
@@ -265,7 +280,14 @@ def spotlight_report(
             "enough heads can solve it: README.md beside the study's params.yaml.",
         ),
         ("table", accuracy_table(rows, ks)),
-        ("figure", clue_figures.accuracy_by_clues(lines, levels, figure_dir / "accuracy_by_clues.png")),
+        (
+            "figure",
+            (
+                clue_figures.accuracy_by_clues(lines, levels, figure_dir / "accuracy_by_clues.png"),
+                "Accuracy at the answer against the number of clues k, one line per variant (mean over seeds, "
+                "95% CI); chance and the best a model reading one clue can do, dashed.",
+            ),
+        ),
     ]
     if settings.get("measured_time"):  # stated in params.yaml: a report never reads the clock
         blocks.insert(2, ("text", f"Time to regenerate the study, as measured: {settings['measured_time']}."))
@@ -280,6 +302,8 @@ def spotlight_report(
         text, largest = gap_sentence(found, rows, labels, settings.get("video_claim") if number == 0 else None)
         blocks.append(("text", text))
         summary["comparisons"].append({"a": a, "b": b, "by_k": found, "largest": largest})
+    if summary["comparisons"]:
+        blocks.insert(1, ("headline", [gap_headline(c, labels) for c in summary["comparisons"]]))
     cells = {}
     for variant in variants:
         for k in ks:
@@ -300,13 +324,18 @@ def spotlight_report(
         ("table", attention_table(rows)),
         (
             "figure",
-            clue_figures.clue_attention_grid(
-                cells,
-                variants,
-                {v: label(v, labels) for v in variants},
-                ks,
-                figure_dir / "clue_attention.png",
-                "Mean share of each head's attention on each clue (first seed; heads ordered by their clue)",
+            (
+                clue_figures.clue_attention_grid(
+                    cells,
+                    variants,
+                    {v: label(v, labels) for v in variants},
+                    ks,
+                    figure_dir / "clue_attention.png",
+                    "Mean share of each head's attention on each clue (first seed; heads ordered by their clue)",
+                ),
+                "A heat map per variant (rows) and number of clues k (columns): the mean share of each head's "
+                "attention from the query on each clue, the first seed's model, heads ordered by the clue they "
+                "look at most.",
             ),
         ),
     ]

@@ -20,7 +20,7 @@ from headstudy.analysis.statistics import (
     variance_ratio,
     verdict,
 )
-from headstudy.analysis.wording import interval, label, p_is, p_value, signed
+from headstudy.analysis.wording import interval, label, p_is, p_value, percent_interval, signed
 from headstudy.formats.names import parse_variant
 
 
@@ -369,7 +369,12 @@ def pooled_blocks(
     figure = report_figures.forest(
         forest_rows, figure_dir / "comparisons.png", "course chapter (its unit unknown)" if claim else None
     )
-    return blocks + ([("figure", figure)] if forest_rows else []), summary
+    caption = (
+        "Each comparison of B against A: the change in perplexity with its 95% CI, per token (left) and per "
+        "word (right); below 0, B is better. Hollow: exploratory."
+        + (" The open diamond: the course chapter's change, in its own unstated unit." if claim else "")
+    )
+    return blocks + ([("figure", (figure, caption))] if forest_rows else []), summary
 
 
 def flat_numbers(result: dict) -> dict:
@@ -399,6 +404,18 @@ def exp_show_columns(found: list[dict]) -> dict:
         "b_better_in",
     )
     return {f"{c['variant_b']}_vs_{c['variant_a']}": flat_numbers({k: c[k] for k in keep}) for c in found}
+
+
+def headline_line(comparison: dict) -> str:
+    """One line of the report's headline box: a comparison's per-token change with its CI."""
+    a, b, n = comparison["a"], comparison["b"], len(comparison["seeds"])
+    change = f"{b} against {a}: perplexity {comparison['relative']:+.1%} per token"
+    if n < 2:
+        return f"{change} (one seed: no confidence interval)."
+    return (
+        f"{change}, 95% CI {percent_interval(*comparison['relative_ci95'])}; lower for {b} in "
+        f"{comparison['b_better_in']} of {n} seeds."
+    )
 
 
 def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float) -> list:

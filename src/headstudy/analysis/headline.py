@@ -1,10 +1,19 @@
-"""The study's headline numbers, flat and numeric, named to be read at a glance: what
-reports/metrics.json holds for `dvc metrics show` and `dvc exp show`, and what the study's MLflow
-run shows. Negative changes mean B is better than A."""
+"""The study's headline numbers, named to be read at a glance. Two shapes of the same numbers:
+
+- reports/metrics/, for `dvc metrics show` and `dvc exp show`: one small file per number of the
+  answer (`change_pct/4_vs_1.json`), each holding its `estimate` and, where there is one, its 95%
+  CI as `lower95` and `upper95`. DVC tabulates a row per file and a column per key, so the table
+  keeps three columns however many variants and comparisons a study has.
+- report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_low`), for the study's MLflow run.
+
+Negative changes mean B is better than A."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+from headstudy.common.files import staged_folder, write_json
 
 
 def percent_changes(result: dict) -> dict:
@@ -49,3 +58,43 @@ def report_metrics(summary: dict) -> dict[str, float]:
             "selected_lr": summary.get("selected_lr") or {},
         }
     )
+
+
+def estimate(value: float, ci95=None, scale: float = 1.0) -> dict[str, float]:
+    """One file of reports/metrics/: `estimate` and, when both ends are finite, `lower95` and
+    `upper95`, each times scale."""
+    found = {"estimate": scale * value}
+    low, high = ci95 if ci95 is not None else (None, None)
+    if low is not None and high is not None and math.isfinite(low) and math.isfinite(high):
+        found.update(lower95=scale * low, upper95=scale * high)
+    return found
+
+
+def per_token(result: dict) -> dict[str, float]:
+    """A comparison's per-token change in percent, as a file of reports/metrics/."""
+    changes = percent_changes(result)
+    return estimate(changes["per_token"], (changes["per_token_ci95_low"], changes["per_token_ci95_high"]))
+
+
+def metric_files(summary: dict) -> dict[str, dict[str, float]]:
+    """reports/metrics/ of a report's summary, by name (the file's path without `.json`):
+    `test_ppl/VARIANT` (geometric mean over seeds and its CI); `change_pct/B_vs_A` and the 2 x 2's
+    `contrast_pct/NAME`, per token in percent with their CIs; a learning-rate study's
+    `selected_lr/VARIANT`. Per-word changes stay in summary.json, the report and MLflow."""
+    files = {
+        f"test_ppl/{row['variant']}": estimate(row["test_ppl_mean"], row.get("test_ppl_ci95"))
+        for row in summary.get("rows", [])
+    }
+    files.update(
+        {f"change_pct/{c['variant_b']}_vs_{c['variant_a']}": per_token(c) for c in summary.get("comparisons", [])}
+    )
+    files.update({f"contrast_pct/{name}": per_token(c) for name, c in (summary.get("contrasts") or {}).items()})
+    files.update({f"selected_lr/{variant}": estimate(lr) for variant, lr in (summary.get("selected_lr") or {}).items()})
+    return {name: numbers for name, numbers in files.items() if math.isfinite(numbers["estimate"])}
+
+
+def write_metric_files(folder: Path, files: dict[str, dict[str, float]]) -> None:
+    """The folder whole, NAME.json per file: a number the study no longer has leaves no file behind."""
+    with staged_folder(folder) as staging:
+        for name, numbers in files.items():
+            write_json(staging / f"{name}.json", numbers)

@@ -5,6 +5,7 @@ per-seed table shows whether that order holds the same pattern in every seed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -136,6 +137,18 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
     return sentences
 
 
+def attention_map_caption(path: Path, labels: dict) -> str:
+    """`attention_h4-nomix_layer0.png` (inspect's name): whose map it is."""
+    found = re.fullmatch(r"attention_h(.+)_layer(\d+)", path.stem)
+    if found is None:
+        return f"Attention map {path.stem.replace('_', ' ')}."
+    variant, layer = found.groups()
+    return (
+        f"{label(variant, labels)}, layer {int(layer) + 1}: each head's attention on the sentence, a row per "
+        "query token, a column per token it attends to."
+    )
+
+
 def heads_blocks(heads: dict, labels: dict) -> list:
     def name(variant: str) -> str:
         return label(variant, labels)
@@ -202,7 +215,14 @@ def heads_blocks(heads: dict, labels: dict) -> list:
             f'Attention maps of the sentence "{heads["sentence"]}", first seed of each model, heads in '
             "order of mean distance:",
         ),
-        *[("figure", Path(path)) for path in heads["figures"]["attention_maps"]],
-        ("figure", Path(heads["figures"]["head_scores"])),
+        *[("figure", (Path(p), attention_map_caption(Path(p), labels))) for p in heads["figures"]["attention_maps"]],
+        (
+            "figure",
+            (
+                Path(heads["figures"]["head_scores"]),
+                "Each head's scores, a row per head, ordered within each model by mean attention distance: mean "
+                "over seeds, the bar one standard deviation over seeds.",
+            ),
+        ),
     ]
     return blocks

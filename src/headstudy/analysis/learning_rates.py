@@ -62,7 +62,14 @@ def shared_rate_section(
             "variant's rate was selected.",
         ),
         ("table", table),
-        ("figure", report_figures.log_ratio_by_learning_rate(ratios, figure_dir / "shared_learning_rates.png")),
+        (
+            "figure",
+            (
+                report_figures.log_ratio_by_learning_rate(ratios, figure_dir / "shared_learning_rates.png"),
+                "B against A at each learning rate both trained at: the log-ratio of final validation "
+                "perplexities, each seed a dot, a line through the seeds' means; below 0, B is better.",
+            ),
+        ),
     ]
     summary = {name: {f"{lr:g}": values for lr, values in by_lr.items()} for name, by_lr in ratios.items()}
     return blocks, {"at_shared_lr": summary}
@@ -125,13 +132,24 @@ def learning_rate_section(
         ("text", sentences[0]),
         ("table", table),
         *[("text", s) for s in sentences[1:]],
-        ("figure", figure),
         (
             "figure",
-            report_figures.validation_curves(
-                chosen,
-                {v: f"{label(v, labels)}, lr {selected[v]:g}" for v in variants},
-                figure_dir / "validation_curves.png",
+            (
+                figure,
+                "Final validation perplexity against the learning rate (log axis), one line per variant; "
+                "each variant's selected rate circled.",
+            ),
+        ),
+        (
+            "figure",
+            (
+                report_figures.validation_curves(
+                    chosen,
+                    {v: f"{label(v, labels)}, lr {selected[v]:g}" for v in variants},
+                    figure_dir / "validation_curves.png",
+                ),
+                "Validation perplexity against training tokens of each variant at its selected learning rate: "
+                "the mean over seeds as a line, the band from the lowest to the highest seed.",
             ),
         ),
     ]

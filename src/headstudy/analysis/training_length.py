@@ -140,5 +140,12 @@ def training_length_section(
         ("heading", "Training length"),
         ("text", intro),
         *[("text", line) for line in lines],
-        ("figure", figure),
+        (
+            "figure",
+            (
+                figure,
+                "One panel per comparison: at each budget, the paired gap in validation perplexity along the run "
+                "(mean over seeds, 95% CI band) and in test perplexity at its end (95% CI bar), as relative changes.",
+            ),
+        ),
     ], summary

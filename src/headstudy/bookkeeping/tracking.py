@@ -29,6 +29,7 @@ import mlflow
 import numpy as np
 import torch
 import yaml
+from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
@@ -356,11 +357,75 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
     return run_id
 
 
+TEST_METRICS = "test/"  # evaluate's metrics, on the test split: test/ppl, test/word_ppl
+
+
 def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
-    """NaN is what was not measured (the speed of a resumed training with no step left): not logged."""
+    """NaN is what was not measured (the speed of a resumed training with no step left): not logged.
+    Metrics named `test/...` are an evaluation of the run's logged model on the test split: they
+    are also that model's metrics, with the test split as their dataset (evaluated_model), so
+    that MLflow's model list can rank the trained models by test/ppl."""
     now = int(time.time() * 1000)
     measured = {key: float(value) for key, value in metrics.items() if not math.isnan(float(value))}
-    client().log_batch(run_id, metrics=[Metric(key, value, now, step) for key, value in measured.items()])
+    evaluated = evaluated_model(run_id) if any(key.startswith(TEST_METRICS) for key in measured) else None
+    batch = []
+    for key, value in measured.items():
+        if evaluated is not None and key.startswith(TEST_METRICS):
+            model_id, dataset = evaluated
+            batch.append(
+                Metric(
+                    key, value, now, step, model_id=model_id, dataset_name=dataset.name, dataset_digest=dataset.digest
+                )
+            )
+        else:
+            batch.append(Metric(key, value, now, step))
+    client().log_batch(run_id, metrics=batch)
+
+
+def evaluated_model(run_id: str) -> tuple[str, DatasetEntity] | None:
+    """The run's logged model (the latest, should there be several) and the test split of its
+    training dataset, which is logged as the run's input in the context `test`; None for a run
+    with no logged model or no dataset (its metrics are then the run's alone).
+
+    The test split's dataset is the training one (log_dataset: every split of the prepared data,
+    named after it, with its digest) narrowed to the split: the same source and digest, which
+    say which prepared data it is, named NAME-test."""
+    run = client().get_run(run_id)
+    outputs = sorted(run.outputs.model_outputs if run.outputs else [], key=lambda output: output.step)
+    training = [
+        used.dataset
+        for used in (run.inputs.dataset_inputs if run.inputs else [])
+        if {tag.key: tag.value for tag in used.tags}.get(MLFLOW_DATASET_CONTEXT) == "training"
+    ]
+    if not outputs or not training:
+        return None
+    dataset = only_test_split(training[-1])
+    context = InputTag(key=MLFLOW_DATASET_CONTEXT, value="test")
+    if (dataset.name, dataset.digest) not in {
+        (used.dataset.name, used.dataset.digest) for used in run.inputs.dataset_inputs
+    }:
+        log_inputs_once(run_id, DatasetInput(dataset, tags=[context]))
+    return outputs[-1].model_id, dataset
+
+
+def only_test_split(prepared: DatasetEntity) -> DatasetEntity:
+    """The test split alone of a prepared dataset as log_dataset logs it (from_numpy of every split)."""
+    schema, profile = None, None
+    try:
+        spec = json.loads(prepared.schema)["mlflow_tensorspec"]
+        features = [feature for feature in json.loads(spec["features"]) if feature.get("name") == "test"]
+        schema = json.dumps({"mlflow_tensorspec": {**spec, "features": json.dumps(features)}})
+        profile = json.dumps({key: {"test": value["test"]} for key, value in json.loads(prepared.profile).items()})
+    except (TypeError, KeyError, ValueError, AttributeError):
+        pass  # a dataset logged otherwise: named and sourced all the same
+    return DatasetEntity(
+        name=f"{prepared.name}-test",
+        digest=prepared.digest,
+        source_type=prepared.source_type,
+        source=prepared.source,
+        schema=schema,
+        profile=profile,
+    )
 
 
 def set_tags(run_id: str, tags: dict[str, str]) -> None:
