@@ -14,7 +14,14 @@ from headstudy.analysis.statistics import verdict
 from headstudy.bookkeeping import progress
 from headstudy.report import results_table
 
-BOILERPLATE = ("GPU available", "TPU available", "HPU available", "Seed set", "`Trainer.fit` stopped")
+BOILERPLATE = (
+    "GPU available",
+    "TPU available",
+    "HPU available",
+    "Seed set",
+    "`Trainer.fit` stopped",
+    "The `srun` command is available",  # where SLURM is installed
+)
 
 
 @pytest.mark.slow

@@ -300,6 +300,9 @@ def quiet_routine_warnings() -> None:
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(existing, DropMessages) for existing in rank_zero.filters):
         rank_zero.addFilter(DropMessages("💡 Tip: For seamless cloud logging"))
+    # On a machine with SLURM installed (CI installs it for tests/test_slurm.py), every training
+    # outside an allocation would say that `srun` exists: it concerns no training of this study.
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
     # lightning/pytorch/utilities/_pytree.py on torch >= 2.10: Lightning's code, not ours.
     warnings.filterwarnings(
         "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
