@@ -22,6 +22,7 @@ import yaml
 
 from headstudy.analysis.inputs import read_curve, read_json
 from headstudy.analysis.statistics import paired_difference
+from headstudy.common.errors import ConfigError
 
 
 def study_models(folder: Path) -> dict[tuple[str, int], dict]:
@@ -42,7 +43,10 @@ def main() -> None:
     parser.add_argument("--float32", type=Path, default=Path("."), help="the float32 study's folder")
     parser.add_argument("--bf16", type=Path, required=True, help="the bf16-mixed study's folder")
     args = parser.parse_args()
-    float32, bf16 = study_models(args.float32), study_models(args.bf16)
+    try:
+        float32, bf16 = study_models(args.float32), study_models(args.bf16)
+    except (ConfigError, OSError) as error:
+        parser.error(str(error))
     missing = sorted(set(bf16) - set(float32))
     if missing:
         parser.error(f"{args.float32} has no float32 model of {', '.join(f'h{v}-s{s}' for v, s in missing)}")
