@@ -111,6 +111,8 @@ def main() -> None:
     args = parser.parse_args()
     env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "MLFLOW_TRACKING_URI")}
     env["HEADSTUDY_CONF"] = str(ROOT / "conf")
+    # `headstudy` beside this Python, the venv activated or not (`.venv/bin/python benchmarks/...`).
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     with tempfile.TemporaryDirectory(prefix="headstudy-start-together-") as scratch:
         corpus = prepare_corpus(Path(scratch), env)
         finished = 0
