@@ -148,6 +148,74 @@ def test_the_vocabulary_holds_every_token_once_and_the_rest_unused():
     assert names[layout.needed :] == [f"_{j}" for j in range(layout.vocab_size - layout.needed)]
 
 
+# The hard settings: long bodies, each with its own mix of clue types (data.type_concentration)
+
+HARD = {"segment_min": 16, "segment_mean": 24, "segment_max": 30, "clue_rate": 0.9, "type_concentration": 0.1}
+
+
+def type_shares(split, layout) -> np.ndarray:
+    """(bodies, clue types): each body's share of each type among its clue-type tokens."""
+    types = layout.token_types()
+    counts = np.array(
+        [np.bincount(types[body][types[body] >= 0], minlength=layout.clue_types) for body in bodies(split)]
+    )
+    return counts / counts.sum(axis=1, keepdims=True)
+
+
+def test_without_a_type_concentration_the_stream_is_the_one_generated_before_it():
+    """Absent, the setting draws nothing: every task generated before it keeps its bytes (a
+    digest of the committed k = 3 stream's first segments, taken before the setting existed)."""
+    generated = task(3).generate("test")
+    assert generated.tokens[:24].tolist() == [
+        int(token) for token in "18 5 10 6 1 20 48 0 14 6 4 3 10 7 18 7 10 4 0 2 5 16 20 58".split()
+    ]
+
+
+@pytest.mark.parametrize("clues", [1, 2, 3])
+def test_with_a_type_concentration_the_answer_still_depends_only_on_the_k_clues(clues):
+    made = task(clues, **HARD)
+    generated = made.generate("test")
+    for body, answer in zip(bodies(generated), generated.answers, strict=True):
+        assert answer_of(made.layout, clues, body) == answer
+
+
+def test_the_distractor_density_is_what_was_asked():
+    """clue_rate: the share of the places beyond the forced one-of-each-type that hold a clue-type
+    token; type_concentration: how unevenly a body's clue-type tokens fall on the types (a small
+    one crowds each body with one type; none gives every type its even share)."""
+    for settings in ({**HARD, "clue_rate": 0.5}, HARD):
+        made = task(3, **settings, segments={"train": 2000, "valid": 20, "test": 20})
+        generated = made.generate("train")
+        types = made.layout.token_types()
+        places = sum(len(body) - made.layout.clue_types for body in bodies(generated))
+        typed = sum(int((types[body] >= 0).sum()) - made.layout.clue_types for body in bodies(generated))
+        assert typed / places == pytest.approx(settings["clue_rate"], abs=0.01)
+    crowded = type_shares(
+        task(3, **HARD, segments={"train": 2000, "valid": 20, "test": 20}).generate("train"), made.layout
+    )
+    even = {**HARD}
+    even.pop("type_concentration")
+    uniform = type_shares(
+        task(3, **even, segments={"train": 2000, "valid": 20, "test": 20}).generate("train"), made.layout
+    )
+    # Dirichlet(0.1) over 4 types gives most of a body to one type (diluted by the four forced
+    # tokens); uniform draws give each type about a quarter.
+    assert crowded.max(axis=1).mean() > 0.65
+    assert uniform.max(axis=1).mean() < 0.45
+    assert crowded.mean(axis=0) == pytest.approx([0.25] * 4, abs=0.04)  # no type favoured over the bodies
+
+
+def test_a_type_concentration_puts_a_recent_crowded_clue_beside_an_old_lone_one():
+    """The case one softmax cannot serve with one recency slope: in many answers one clue is among
+    the last few tokens with older tokens of its type before it, and another is far back."""
+    generated = task(3, **HARD).generate("test")
+    ages = generated.queries[:, None] - generated.clue_positions
+    assert ((ages.min(axis=1) <= 2) & (ages.max(axis=1) >= 10)).mean() > 0.4
+    generated = task(3).generate("test")  # the committed study's task: bodies of mean 10
+    ages = generated.queries[:, None] - generated.clue_positions
+    assert ((ages.min(axis=1) <= 2) & (ages.max(axis=1) >= 10)).mean() < 0.2
+
+
 @pytest.mark.parametrize(
     "changes, named",
     [
@@ -156,6 +224,8 @@ def test_the_vocabulary_holds_every_token_once_and_the_rest_unused():
         ({"segment_min": 3}, "data.segment_min"),
         ({"segment_mean": 40}, "data.segment_mean"),
         ({"clue_rate": 1.5}, "data.clue_rate"),
+        ({"type_concentration": 0}, "data.type_concentration"),
+        ({"type_concentration": "abc"}, "data.type_concentration"),
         ({"segments": {"train": 10, "valid": 0, "test": 5}}, "data.segments.valid"),
     ],
 )

@@ -145,6 +145,8 @@ def prepare_multiclue(data: DictConfig, staging: Path) -> None:
             "answer_tokens": layout.values**task.clues,
             "chance": task.chance,
             "one_clue_best": task.one_clue_best,
+            # Only where set: the tasks generated before this setting keep their bytes.
+            **({} if task.type_concentration is None else {"type_concentration": task.type_concentration}),
         },
     )
 

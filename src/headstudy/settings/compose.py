@@ -67,6 +67,11 @@ def read_params(path: Path = PARAMS_FILE, required: bool = False) -> dict:
     return params
 
 
+# Settings that conf/ leaves out on purpose: absent, they keep their default, so the configs of
+# every study written before them stay as they were (tasks/multiclue.py: absent = uniform types).
+OPTIONAL_KEYS = {"data": ("type_concentration",)}
+
+
 def params_overrides(params: dict) -> list[str]:
     """params.yaml's conf/ settings as Hydra overrides: `data.corpus` and `model.preset` choose a
     file of their group, every other key sets that key (`trainer.max_steps: 3000`)."""
@@ -80,6 +85,8 @@ def params_overrides(params: dict) -> list[str]:
         for key, value in values.items():
             if GROUP_CHOICES.get(section) == key:
                 overrides.append(f"{section}={value}")
+            elif key in OPTIONAL_KEYS.get(section, ()):
+                overrides.append(f"++{section}.{key}={override_value(value)}")
             else:
                 overrides.append(f"{section}.{key}={override_value(value)}")
     return overrides

@@ -3,13 +3,15 @@ clues at once, each the most recent token of its own clue type.
 
 The stream is a run of segments: a body of clues and distractors, the query token `?`, then the
 answer token. Every one of the `clue_types` types (a, b, c, d) occurs at least once in every
-body, each time with a random value 0..values-1 (tokens `a0`, `b2`, ...). The other places of the
-body hold further tokens of random types, older than the latest of their type and so no clue,
-or noise tokens (`x0`, `x1`, ...), all in random order. The answer is the values of the latest
-a, b, ... (the first k types) as one token out of values**k (`=21` for k = 2: the latest a has
-value 2, the latest b value 1). Types after the k-th are distractors too. So each clue sits at
-a random distance before the query, older tokens of its type and the other clues lie between,
-and no fixed pattern of attention picks them all.
+body, each time with a random value 0..values-1 (tokens `a0`, `b2`, ...). The other places of
+the body hold further tokens of random types, older than the latest of their type and so no
+clue, or noise tokens (`x0`, `x1`, ...), all in random order. With `type_concentration` set,
+each body draws its own mix of types for those places (a Dirichlet with that concentration), so
+that one type can crowd a body with older tokens of itself while another occurs once, far back.
+The answer is the values of the latest a, b, ... (the first k types) as one token out of
+values**k (`=21` for k = 2: the latest a has value 2, the latest b value 1). Types after the
+k-th are distractors too. So each clue sits at a random distance before the query, older tokens
+of its type and the other clues lie between, and no fixed pattern of attention picks them all.
 
 A body is segment_min tokens plus a geometric number more (mean segment_mean, at most
 segment_max): the wait for the next query is memoryless, so counting tokens since the last
@@ -110,6 +112,7 @@ class MultiClue:
     clue_rate: float
     segments: dict[str, int]
     seed: int
+    type_concentration: float | None = None
 
     @classmethod
     def from_settings(cls, data) -> MultiClue:
@@ -141,6 +144,9 @@ class MultiClue:
         mean = number("segment_mean", shortest, longest, integer=False)
         rate = number("clue_rate", 0, 1, integer=False)
         seed = number("seed", 0)
+        concentration = data.get("type_concentration")
+        if concentration is not None:
+            concentration = number("type_concentration", 0.01, 100, integer=False)
         if noise == 0 and rate < 1:
             problems.append(
                 "data.noise_tokens=0 leaves nothing for the places that hold no clue: "
@@ -162,7 +168,17 @@ class MultiClue:
             )
         if problems:
             raise ConfigError("; ".join(problems))
-        return cls(layout, clues, shortest, float(mean), longest, float(rate), segments, seed)
+        return cls(
+            layout,
+            clues,
+            shortest,
+            float(mean),
+            longest,
+            float(rate),
+            segments,
+            seed,
+            None if concentration is None else float(concentration),
+        )
 
     @property
     def chance(self) -> float:
@@ -184,7 +200,7 @@ class MultiClue:
         # Every type once, at random places inside the body; every other place a token of a
         # random type with probability clue_rate, else noise.
         order = (rng.random((count, longest)) + ~inside).argsort(axis=1)
-        types = rng.integers(0, kinds, size=(count, longest))
+        types = self.random_types(rng, count, longest)
         types = np.where(rng.random((count, longest)) < self.clue_rate, types, -1)
         np.put_along_axis(types, order[:, :kinds], np.tile(np.arange(kinds), (count, 1)), axis=1)
         types = np.where(inside, types, -1)
@@ -200,6 +216,18 @@ class MultiClue:
         rows[np.arange(count), lengths + 1] = answers
         starts = np.concatenate([[0], np.cumsum(lengths + 2)[:-1]])
         return Split(rows[rows >= 0], starts + lengths, starts[:, None] + latest, answers)
+
+    def random_types(self, rng: np.random.Generator, count: int, longest: int) -> np.ndarray:
+        """(count, longest) clue types for the places that hold no forced token: uniform, or with
+        type_concentration, from each body's own Dirichlet mix (small: one or two types crowd a
+        body; large: close to uniform)."""
+        kinds = self.layout.clue_types
+        if self.type_concentration is None:
+            return rng.integers(0, kinds, size=(count, longest))
+        mix = rng.dirichlet(np.full(kinds, self.type_concentration), size=count)  # (count, kinds)
+        cumulative = mix.cumsum(axis=1)
+        cumulative[:, -1] = 1.0  # a draw of exactly 1.0 (rounding) stays in the last type
+        return (rng.random((count, longest))[:, :, None] >= cumulative[:, None, :]).sum(axis=2)
 
 
 def latest_of_types(types: np.ndarray, clues: int) -> np.ndarray:
