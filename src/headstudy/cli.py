@@ -26,6 +26,7 @@ COMMANDS = {
     "inspect": ("data", "model", "inspect"),
     "report": (),
     "score": ("data", "model"),
+    "ablate": ("data", "model"),
     "spotlight": (),
     "count": ("data", "model"),
     "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
@@ -39,7 +40,9 @@ ARGUMENTS = {
     "experiments": "[dvc exp show options]",
 }
 # Commands that run as DVC stages and so can read a file of configs/.
-STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "spotlight")
+STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "ablate", "spotlight")
+# Stages that read the same keys as another stage: ablate, like score, reads one model's config.
+SAME_KEYS_AS = {"ablate": "score"}
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""
 HELP_FLAGS = ("-h", "--help")
@@ -253,7 +256,7 @@ def load_config(command: str, args: list[str]):
         from headstudy.configure import resolve
 
         return resolve(read_params(required=True), args)[f"{'report' if command == 'spotlight' else command}.yaml"]
-    return stage_config(command, compose_config(args))
+    return stage_config(SAME_KEYS_AS.get(command, command), compose_config(args))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,18 @@ FOLDER = Path("fingerprints")
 # project (a test's, or `dvc exp run --temp`'s) need not be the installed package.
 SOURCE = Path("src")
 # Every command that runs as a DVC stage.
-COMMANDS = ("configure", "prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "spotlight")
+COMMANDS = (
+    "configure",
+    "prepare",
+    "baselines",
+    "train",
+    "evaluate",
+    "inspect",
+    "report",
+    "score",
+    "ablate",
+    "spotlight",
+)
 
 
 def write_fingerprints(folder: Path = FOLDER, source: Path = SOURCE) -> None:
