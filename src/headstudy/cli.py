@@ -41,8 +41,6 @@ ARGUMENTS = {
 }
 # Commands that run as DVC stages and so can read a file of configs/.
 STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "ablate", "spotlight")
-# Stages that read the same keys as another stage: ablate, like score, reads one model's config.
-SAME_KEYS_AS = {"ablate": "score"}
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""
 HELP_FLAGS = ("-h", "--help")
@@ -256,7 +254,7 @@ def load_config(command: str, args: list[str]):
         from headstudy.configure import resolve
 
         return resolve(read_params(required=True), args)[f"{'report' if command == 'spotlight' else command}.yaml"]
-    return stage_config(SAME_KEYS_AS.get(command, command), compose_config(args))
+    return stage_config(command, compose_config(args))
 
 
 def main(argv: list[str] | None = None) -> None:

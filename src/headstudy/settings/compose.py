@@ -404,7 +404,7 @@ STAGE_KEYS = {
     "report": ("tracking.experiment", "paths.prepared", "paths.metrics", "paths.baselines", "paths.reports"),
 }
 # Commands that read the config of one model: `evaluate` reads the model's training config.
-STAGE_KEYS["evaluate"] = STAGE_KEYS["score"] = STAGE_KEYS["train"]
+STAGE_KEYS["evaluate"] = STAGE_KEYS["score"] = STAGE_KEYS["ablate"] = STAGE_KEYS["train"]
 
 
 def stage_config(command: str, config: DictConfig) -> DictConfig:
