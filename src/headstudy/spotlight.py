@@ -1,12 +1,16 @@
 """Stage `spotlight`: the spotlight study's report, from the score stage's metrics: accuracy at
 the answer positions against the number of clues k, one line per variant, with 95% CIs over
-seeds; the paired gap between the two variants of report.compare's first pair at every k, beside
-the video's 75% against 35%; and where the heads look, clue by clue.
+seeds (with report.success_accuracy: successes out of seeds, medians and every seed); the paired
+gap between the two variants of report.compare's first pair at every k, beside the video's 75%
+against 35%; where the heads look, clue by clue; which head reads which clue, where the ablate
+stage has run; and the runs of report.extra beside the grid.
 
 It reads configs/report.yaml (the study's models, report settings and paths) and, per model,
-metrics/NAME.json and metrics/attention/NAME.json; it writes reports/results.md, results.html
-(the same blocks), summary.json, the figures, and metrics/: the headline numbers with their CIs,
-one file each, for `dvc metrics show` (analysis/headline.py). The analysis is analysis/clue_accuracy.py's."""
+metrics/NAME.json, metrics/attention/NAME.json and, where it exists, metrics/ablation/NAME.json;
+and each report.extra folder's NAME.json. It writes reports/results.md, results.html (the same
+blocks), summary.json, the figures, and metrics/: the headline numbers, one file each, for `dvc
+metrics show` (analysis/headline.py). The analysis is analysis/clue_accuracy.py's, with
+analysis/clue_ablation.py's and analysis/extra_runs.py's sections."""
 
 from __future__ import annotations
 
@@ -14,7 +18,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.analysis.clue_accuracy import accuracy_table, headline, spotlight_report
+from headstudy.analysis.clue_accuracy import (
+    accuracy_table,
+    headline,
+    outcome_table,
+    spotlight_report,
+    success_threshold,
+)
+from headstudy.analysis.extra_runs import check_extras, check_runs
 from headstudy.analysis.headline import write_metric_files
 from headstudy.analysis.render import to_html, to_markdown
 from headstudy.analysis.statistics import nan_to_null
@@ -46,6 +57,40 @@ def read_models(models: list[dict], metrics_dir: Path) -> list[dict]:
     return rows
 
 
+def read_ablations(models: list[dict], metrics_dir: Path) -> dict[str, dict]:
+    """The ablate stage's metrics/ablation/NAME.json of the models it has measured, by name (a study
+    without that stage has none)."""
+    found = {}
+    for model in models:
+        path = metrics_dir / "ablation" / f"{model['name']}.json"
+        if path.is_file():
+            ablation = read_json(path)
+            if ablation.get("clues") != model["k"] or len(ablation.get("ablated", [])) != model["heads"]:
+                raise ConfigError(
+                    f"{path} is not the ablation of {model['name']} ({model['heads']} heads, k = {model['k']}): "
+                    "run `dvc repro` to write it again"
+                )
+            found[model["name"]] = ablation
+    return found
+
+
+def read_extras(settings: dict) -> list[dict]:
+    """report.extra with each folder's score metrics, NAME.json by name; folders are relative to the
+    study's folder, where the stage runs."""
+    extras = []
+    for index, extra in enumerate(check_extras(settings)):
+        folder = Path(extra["metrics"])
+        if not folder.is_dir():
+            raise ConfigError(
+                f"report.extra[{index}].metrics in params.yaml: no folder {folder} in the study's folder (a folder "
+                "of score metrics files NAME.json): run the pipeline that writes it, or remove the entry"
+            )
+        runs = {path.stem: read_json(path) for path in sorted(folder.glob("*.json"))}
+        check_runs(index, extra["metrics"], runs)
+        extras.append({**extra, "runs": runs})
+    return extras
+
+
 def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
     metrics_dir, reports_dir = Path(config.paths.metrics), Path(config.paths.reports)
     variants = [str(v) for v in study["variants"]]
@@ -56,13 +101,19 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
         OmegaConf.to_container(config.models) if OmegaConf.is_config(config.models) else list(config.models),
         metrics_dir,
     )
+    threshold = success_threshold(settings)  # refused now, before anything is written
+    extras = read_extras(settings)
+    ablations = read_ablations(models, metrics_dir)
     focus = read_json(metrics_dir / "attention" / f"{models[0]['name']}.json")["focus"]
-    blocks, summary = spotlight_report(models, variants, ks, focus, settings, reports_dir / "figures")
+    blocks, summary = spotlight_report(
+        models, variants, ks, focus, settings, reports_dir / "figures", ablations=ablations, extras=extras
+    )
     write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_metric_files(reports_dir / "metrics", headline(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
-    print(accuracy_table(summary["rows"], ks).to_string(index=False))
+    table = accuracy_table(summary["rows"], ks) if threshold is None else outcome_table(summary["rows"], threshold)
+    print(table.to_string(index=False))
     for comparison in summary["comparisons"]:
         print(f"{comparison['b']} against {comparison['a']}: largest gap at k = {comparison['largest']['k']}")
     return summary

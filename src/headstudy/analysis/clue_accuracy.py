@@ -1,7 +1,12 @@
 """The spotlight study's analysis, from the score stage's metrics: accuracy at the answer
 positions against the number of clues k, one line per variant, with 95% CIs over seeds; the
 paired gap between two variants at every k, the first pair beside the video's 75% against 35%;
-and where the heads look, clue by clue. The report's blocks and its summary.json."""
+and where the heads look, clue by clue. The report's blocks and its summary.json.
+
+With report.success_accuracy set, the outcomes are read as bimodal (a training learns the task or
+stalls): the accuracy table and the comparisons give successes out of seeds, medians and every
+seed's value instead of a mean with a t-interval, which over a few bimodal seeds describes
+nothing; the means and intervals stay in summary.json."""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import clue_figures
+from headstudy.analysis import clue_ablation, clue_figures, extra_runs
 from headstudy.analysis.headline import estimate
 from headstudy.analysis.statistics import mean_ci95
 from headstudy.analysis.wording import label
+from headstudy.common.errors import ConfigError
 
 
 def percent(value: float) -> str:
@@ -29,8 +35,29 @@ def with_interval(mean: float, low: float, high: float, show=percent) -> str:
     return show(mean) if math.isnan(low) else f"{show(mean)} [{show(low)}, {show(high)}]"
 
 
-def accuracy_rows(models: list[dict], variants: list[str], ks: list[int], labels: dict) -> list[dict]:
-    """Per variant and k: accuracy per seed, their mean and 95% CI; the clue-reading measures."""
+def success_threshold(settings: dict) -> float | None:
+    """report.success_accuracy: the accuracy at or above which a training counts as a success; None
+    when absent."""
+    value = settings.get("success_accuracy")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(
+            f"report.success_accuracy in params.yaml: expected a number in (0, 1], the test accuracy at or "
+            f"above which a training counts as a success (e.g. 0.9), got {value!r}"
+        )
+    return float(value)
+
+
+def successes(accuracy: list[float], threshold: float) -> int:
+    return sum(value >= threshold for value in accuracy)
+
+
+def accuracy_rows(
+    models: list[dict], variants: list[str], ks: list[int], labels: dict, threshold: float | None = None
+) -> list[dict]:
+    """Per variant and k: accuracy per seed, their mean and 95% CI, their median (and, given a
+    success threshold, how many seeds reach it); the clue-reading measures."""
     rows = []
     for variant in variants:
         for k in ks:
@@ -53,6 +80,8 @@ def accuracy_rows(models: list[dict], variants: list[str], ks: list[int], labels
                     "accuracy": accuracy,
                     "accuracy_mean": mean,
                     "accuracy_ci95": [low, high],
+                    "accuracy_median": float(np.median(accuracy)),
+                    **({} if threshold is None else {"successes": successes(accuracy, threshold)}),
                     "clues_focused_mean": focused[0],
                     "clues_focused_ci95": list(focused[1:]),
                     "best_share": best.tolist(),
@@ -63,8 +92,9 @@ def accuracy_rows(models: list[dict], variants: list[str], ks: list[int], labels
     return rows
 
 
-def gaps(models: list[dict], a: str, b: str, ks: list[int]) -> list[dict]:
-    """Accuracy of b minus a at every k, paired by seed (same seed, same data)."""
+def gaps(models: list[dict], a: str, b: str, ks: list[int], threshold: float | None = None) -> list[dict]:
+    """Accuracy of b minus a at every k, paired by seed (same seed, same data): mean with its 95%
+    CI, and median; given a success threshold, each variant's successes among the paired seeds."""
     found = []
     for k in ks:
         by_seed = {
@@ -85,10 +115,14 @@ def gaps(models: list[dict], a: str, b: str, ks: list[int]) -> list[dict]:
                 "per_seed": differences,
                 "diff_mean": mean,
                 "diff_ci95": [low, high],
+                "diff_median": float(np.median(differences)),
                 "b_better_in": sum(d > 0 for d in differences),
                 "significant": bool(low > 0 or high < 0),
             }
         )
+        if threshold is not None:
+            found[-1]["a_successes"] = successes([by_seed[a][s] for s in seeds], threshold)
+            found[-1]["b_successes"] = successes([by_seed[b][s] for s in seeds], threshold)
     return found
 
 
@@ -112,6 +146,65 @@ def accuracy_table(rows: list[dict], ks: list[int]) -> pd.DataFrame:
             level = next((r[key] for r in rows if r["k"] == k), None)
             table[f"k = {k}"].append("" if level is None else percent(level))
     return pd.DataFrame(table)
+
+
+def seed_values(rows: list[dict]) -> tuple[str, list[str]]:
+    """A column of each row's accuracy per seed, in seed order, in percent: the seeds in the header
+    when every row has the same ones, else beside each value."""
+    same = all(r["seeds"] == rows[0]["seeds"] for r in rows)
+    header = f"Per seed ({', '.join(map(str, rows[0]['seeds']))}), %" if same else "Per seed, %"
+    cells = [
+        ", ".join(
+            f"{100 * value:.1f}" if same else f"{100 * value:.1f} (seed {seed})"
+            for seed, value in zip(r["seeds"], r["accuracy"], strict=True)
+        )
+        for r in rows
+    ]
+    return header, cells
+
+
+def threshold_text(threshold: float) -> str:
+    return f"{100 * threshold:g}%"
+
+
+def outcome_table(rows: list[dict], threshold: float) -> pd.DataFrame:
+    """Per k and variant: the seeds that reached the success threshold, the median accuracy and
+    every seed's accuracy (no mean: a mean of bimodal outcomes lies between the modes)."""
+    ordered = sorted(rows, key=lambda r: r["k"])  # stable: within a k, the study's order of variants
+    header, cells = seed_values(ordered)
+    return pd.DataFrame(
+        {
+            "k": [str(r["k"]) for r in ordered],
+            "Model": [r["label"] for r in ordered],
+            "Parameters": [f"{r['params']:,}" for r in ordered],
+            f"Succeeded (>= {threshold_text(threshold)})": [f"{r['successes']} of {len(r['seeds'])}" for r in ordered],
+            "Median": [percent(r["accuracy_median"]) for r in ordered],
+            header: cells,
+        }
+    )
+
+
+def levels_sentence(levels: dict[int, dict]) -> str:
+    ks = sorted(levels)
+    return (
+        f"At k = {', '.join(map(str, ks))}, chance is {', '.join(percent(levels[k]['chance']) for k in ks)} and the "
+        f"best a model reading one clue can do {', '.join(percent(levels[k]['one_clue_best']) for k in ks)}."
+    )
+
+
+def success_gap_table(found: list[dict], labels: dict) -> pd.DataFrame:
+    """Per k: each variant's successes among the paired seeds, the median paired gap and every seed's gap."""
+    a, b = label(found[0]["a"], labels), label(found[0]["b"], labels)
+    return pd.DataFrame(
+        {
+            "k": [str(g["k"]) for g in found],
+            f"{b} succeeded": [f"{g['b_successes']} of {len(g['seeds'])}" for g in found],
+            f"{a} succeeded": [f"{g['a_successes']} of {len(g['seeds'])}" for g in found],
+            f"Median gap ({b} minus {a}), points": [points(g["diff_median"]) for g in found],
+            "Per seed": [", ".join(points(d) for d in g["per_seed"]) for g in found],
+            "Better in": [f"{g['b_better_in']} of {len(g['seeds'])} seeds" for g in found],
+        }
+    )
 
 
 def gap_table(found: list[dict], labels: dict) -> pd.DataFrame:
@@ -145,18 +238,42 @@ def gap_sentence(found: list[dict], rows: list[dict], labels: dict, video: dict 
         else f", 95% CI [{points(low)}, {points(high)}] over {n} seeds, which "
         + ("excludes 0." if largest["significant"] else "includes 0: not resolved by these seeds.")
     )
-    if video:
-        gap = video["multi_accuracy"] - video["single_accuracy"]
-        text += (
-            f" The video's comparison, {percent(video['multi_accuracy'])} for {video['multi']} spotlights against "
-            f"{percent(video['single_accuracy'])} for {video['single']}, is a gap of {points(gap)} points; it "
-            "names no task or model, so it is an illustration to hold ours against, not a measurement."
-        )
+    text += video_sentence(video)
     return text, {
         "k": k,
         "diff_mean": largest["diff_mean"],
         "diff_ci95": [low, high],
         "significant": largest["significant"],
+    }
+
+
+def video_sentence(video: dict | None) -> str:
+    if not video:
+        return ""
+    gap = video["multi_accuracy"] - video["single_accuracy"]
+    return (
+        f" The video's comparison, {percent(video['multi_accuracy'])} for {video['multi']} spotlights against "
+        f"{percent(video['single_accuracy'])} for {video['single']}, is a gap of {points(gap)} points; it "
+        "names no task or model, so it is an illustration to hold ours against, not a measurement."
+    )
+
+
+def success_gap_sentence(found: list[dict], labels: dict, video: dict | None) -> tuple[str, dict]:
+    """Where the median paired gap is largest, with both variants' success counts there; no
+    t-interval, which over a few bimodal outcomes describes nothing."""
+    largest = max(found, key=lambda g: g["diff_median"])
+    n = len(largest["seeds"])
+    text = (
+        f"The median gap between {label(largest['b'], labels).lower()} and {label(largest['a'], labels).lower()} "
+        f"is largest at k = {largest['k']}: {label(largest['b'], labels).lower()} succeeded in "
+        f"{largest['b_successes']} of {n} seeds, {label(largest['a'], labels).lower()} in {largest['a_successes']} "
+        f"of {n}; median gap {points(largest['diff_median'])} points (per seed "
+        f"{', '.join(points(d) for d in largest['per_seed'])})."
+    )
+    return text + video_sentence(video), {
+        "by": "median",
+        **{key: largest[key] for key in ("k", "diff_median", "a_successes", "b_successes")},
+        **{key: largest[key] for key in ("diff_mean", "diff_ci95", "significant")},
     }
 
 
@@ -231,11 +348,39 @@ def gap_headline(comparison: dict, labels: dict) -> str:
     )
 
 
+def success_headline(comparison: dict, labels: dict, threshold: float) -> str:
+    """One line of the headline box: successes of B and A out of the paired seeds and the median
+    paired gap in points, at every k."""
+    at = [
+        f"k = {g['k']}: {g['b_successes']} and {g['a_successes']} of {len(g['seeds'])}, {points(g['diff_median'])}"
+        for g in comparison["by_k"]
+    ]
+    return (
+        f"{label(comparison['b'], labels)} against {label(comparison['a'], labels)}, seeds that succeeded (accuracy "
+        f">= {threshold_text(threshold)}) and the median gap in points (paired by seed): {'; '.join(at)}."
+    )
+
+
 def headline(summary: dict) -> dict[str, dict[str, float]]:
     """The spotlight study's files of reports/metrics/ (analysis/headline.py): `accuracy_pct/k{K}/VARIANT`
     (mean over seeds, with its CI) and `gap_points/B_vs_A/k{K}` (B's accuracy minus A's in points,
     paired by seed, with its CI). How many clues the heads focus on, and the k of each pair's
-    largest gap, are in summary.json."""
+    largest gap, are in summary.json.
+
+    With a success threshold (summary's success_accuracy), means of bimodal outcomes say little,
+    so the files are instead `successes_of_{SEEDS}/k{K}/VARIANT` (the seeds that reached it) and
+    `median_gap_points/B_vs_A/k{K}` (the median of B's accuracy minus A's, paired by seed, in
+    points); the means and their CIs stay in summary.json."""
+    if summary.get("success_accuracy") is not None:
+        found = {
+            f"successes_of_{len(row['seeds'])}/k{row['k']}/{row['variant']}": estimate(row["successes"])
+            for row in summary["rows"]
+        }
+        for comparison in summary["comparisons"]:
+            pair = f"{comparison['b']}_vs_{comparison['a']}"
+            for gap in comparison["by_k"]:
+                found[f"median_gap_points/{pair}/k{gap['k']}"] = estimate(gap["diff_median"], scale=100)
+        return {name: numbers for name, numbers in found.items() if math.isfinite(numbers["estimate"])}
     found = {
         f"accuracy_pct/k{row['k']}/{row['variant']}": estimate(row["accuracy_mean"], row.get("accuracy_ci95"), 100)
         for row in summary["rows"]
@@ -247,63 +392,129 @@ def headline(summary: dict) -> dict[str, dict[str, float]]:
     return {name: numbers for name, numbers in found.items() if math.isfinite(numbers["estimate"])}
 
 
-def spotlight_report(
-    models: list[dict], variants: list[str], ks: list[int], focus: float, settings: dict, figure_dir: Path
-) -> tuple[list, dict]:
-    """The report's blocks and its summary, from every model's metrics and clue attention
-    (models: name, variant, seed, k, the metrics, attention: the layers of its attention file)."""
-    labels = {str(key): value for key, value in settings.get("labels", {}).items()}
-    rows = accuracy_rows(models, variants, ks, labels)
+def accuracy_blocks(models: list[dict], rows: list[dict], ks: list[int], threshold: float | None, figure_dir: Path):
+    """The accuracy section: its introduction, table and figure; with a success threshold, successes,
+    medians and every seed instead of means with t-intervals."""
     levels = {r["k"]: {"chance": r["chance"], "one_clue_best": r["one_clue_best"]} for r in rows}
     values = round(levels[ks[0]]["one_clue_best"] / levels[ks[0]]["chance"])
-    lines = []
-    for variant in variants:
-        mine = [r for r in rows if r["variant"] == variant]
-        lines.append(
+    seeds = ", ".join(map(str, sorted({m["seed"] for m in models})))
+    task = (
+        f"Accuracy at the {models[0]['queries']:,} answer positions of the test split: the share of queries where "
+        f"the model's most likely next token is the right answer, one token out of {values}^k. "
+    )
+    levels_text = (
+        f"Chance is 1/{values}^k; a model that reads only one of the k clues can reach at most 1/{values}^(k-1). The "
+        "task, and why a one-layer model with enough heads can solve it: README.md beside the study's params.yaml."
+    )
+    if threshold is None:
+        lines = [
             {
-                "label": label(variant, labels),
+                "label": mine[0]["label"],
                 "k": [r["k"] for r in mine],
                 "mean": [r["accuracy_mean"] for r in mine],
                 "low": [r["accuracy_ci95"][0] for r in mine],
                 "high": [r["accuracy_ci95"][1] for r in mine],
             }
-        )
-    blocks = [
-        ("title", settings["title"]),
+            for mine in rows_by_variant(rows)
+        ]
+        return levels, [
+            ("text", f"{task}Mean over seeds {seeds} with a 95% Student-t interval, cut to [0%, 100%]. {levels_text}"),
+            ("table", accuracy_table(rows, ks)),
+            (
+                "figure",
+                (
+                    clue_figures.accuracy_by_clues(lines, levels, figure_dir / "accuracy_by_clues.png"),
+                    "Accuracy at the answer against the number of clues k, one line per variant (mean over seeds, "
+                    "95% CI); chance and the best a model reading one clue can do, dashed.",
+                ),
+            ),
+        ]
+    lines = [
+        {
+            "label": mine[0]["label"],
+            "k": [r["k"] for r in mine],
+            "median": [r["accuracy_median"] for r in mine],
+            "per_seed": [r["accuracy"] for r in mine],
+        }
+        for mine in rows_by_variant(rows)
+    ]
+    return levels, [
         (
             "text",
-            f"Accuracy at the {models[0]['queries']:,} answer positions of the test split: the share of "
-            f"queries where the model's most likely next token is the right answer, one token out of "
-            f"{values}^k. Mean over seeds {', '.join(map(str, sorted({m['seed'] for m in models})))} with a "
-            f"95% Student-t interval, cut to [0%, 100%]. Chance is 1/{values}^k; a model that reads only one "
-            f"of the k clues can reach at most 1/{values}^(k-1). The task, and why a one-layer model with "
-            "enough heads can solve it: README.md beside the study's params.yaml.",
+            task + f"A training either learns this task or stalls, so each variant and k is given as the seeds that "
+            f"succeeded (test accuracy at or above {threshold_text(threshold)}, report.success_accuracy), the median "
+            f"over seeds {seeds} and every seed's value. A mean with a t-interval over a few such seeds would lie "
+            "between the two outcomes and describe neither; it stays in summary.json. " + levels_text,
         ),
-        ("table", accuracy_table(rows, ks)),
+        ("table", outcome_table(rows, threshold)),
+        ("text", levels_sentence(levels)),
         (
             "figure",
             (
-                clue_figures.accuracy_by_clues(lines, levels, figure_dir / "accuracy_by_clues.png"),
-                "Accuracy at the answer against the number of clues k, one line per variant (mean over seeds, "
-                "95% CI); chance and the best a model reading one clue can do, dashed.",
+                clue_figures.accuracy_per_seed(lines, levels, threshold, figure_dir / "accuracy_by_clues.png"),
+                "Accuracy at the answer against the number of clues k: the median over seeds per variant (line) "
+                f"and each seed (dots); the success threshold ({threshold_text(threshold)}), chance and the best a "
+                "model reading one clue can do, dashed and dotted.",
             ),
         ),
     ]
+
+
+def rows_by_variant(rows: list[dict]) -> list[list[dict]]:
+    """The rows grouped by variant, in the study's order of variants."""
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    return [[r for r in rows if r["variant"] == variant] for variant in variants]
+
+
+def spotlight_report(
+    models: list[dict],
+    variants: list[str],
+    ks: list[int],
+    focus: float,
+    settings: dict,
+    figure_dir: Path,
+    ablations: dict[str, dict] | None = None,
+    extras: list[dict] | None = None,
+) -> tuple[list, dict]:
+    """The report's blocks and its summary, from every model's metrics and clue attention
+    (models: name, variant, seed, k, the metrics, attention: the layers of its attention file);
+    ablations: the ablate stage's metrics/ablation/NAME.json by model name, for the models that
+    have one; extras: report.extra's runs beside the grid, each {title, note, metrics, runs: {NAME:
+    score metrics}} (analysis/extra_runs.py)."""
+    labels = {str(key): value for key, value in settings.get("labels", {}).items()}
+    threshold = success_threshold(settings)
+    rows = accuracy_rows(models, variants, ks, labels, threshold)
+    levels, accuracy = accuracy_blocks(models, rows, ks, threshold, figure_dir)
+    blocks = [("title", settings["title"]), *accuracy]
     if settings.get("measured_time"):  # stated in params.yaml: a report never reads the clock
         blocks.insert(2, ("text", f"Time to regenerate the study, as measured: {settings['measured_time']}."))
     summary = {"rows": rows, "levels": {str(k): v for k, v in levels.items()}}
+    if threshold is not None:
+        summary["success_accuracy"] = threshold
     compare = [[str(v) for v in pair] for pair in settings.get("compare") or []]
     summary["comparisons"] = []
     for number, (a, b) in enumerate(compare):
-        found = gaps(models, a, b, ks)
+        found = gaps(models, a, b, ks, threshold)
         if not found:
             continue
-        blocks += [("heading", f"{label(b, labels)} against {label(a, labels)}"), ("table", gap_table(found, labels))]
-        text, largest = gap_sentence(found, rows, labels, settings.get("video_claim") if number == 0 else None)
-        blocks.append(("text", text))
+        video = settings.get("video_claim") if number == 0 else None
+        if threshold is None:
+            table = gap_table(found, labels)
+            text, largest = gap_sentence(found, rows, labels, video)
+        else:
+            table = success_gap_table(found, labels)
+            text, largest = success_gap_sentence(found, labels, video)
+        blocks += [("heading", f"{label(b, labels)} against {label(a, labels)}"), ("table", table), ("text", text)]
         summary["comparisons"].append({"a": a, "b": b, "by_k": found, "largest": largest})
     if summary["comparisons"]:
-        blocks.insert(1, ("headline", [gap_headline(c, labels) for c in summary["comparisons"]]))
+        lines = [
+            gap_headline(c, labels) if threshold is None else success_headline(c, labels, threshold)
+            for c in summary["comparisons"]
+        ]
+        blocks.insert(1, ("headline", lines))
+    if extras:
+        extra, summary["extra"] = extra_runs.extra_blocks(extras, threshold)
+        blocks += extra
     cells = {}
     for variant in variants:
         for k in ks:
@@ -343,4 +554,9 @@ def spotlight_report(
     if sentence:
         blocks.append(("text", sentence))
     summary["assignments"] = assigned
+    if ablations:
+        causal, summary["ablation"] = clue_ablation.ablation_section(
+            models, ablations, labels, threshold, figure_dir / "ablation_drops.png"
+        )
+        blocks += causal
     return blocks, summary
