@@ -18,7 +18,7 @@ from pathlib import Path
 # Each command and the conf/ groups it reads (for its --help).
 COMMANDS = {
     "fingerprint": (),
-    "configure": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
+    "configure": ("data", "model", "trainer", "optimizer", "baselines", "inspect", "diagnose"),
     "prepare": ("data",),
     "baselines": ("data", "baselines"),
     "train": ("data", "model", "trainer", "optimizer"),
@@ -28,8 +28,10 @@ COMMANDS = {
     "score": ("data", "model"),
     "ablate": ("data", "model"),
     "spotlight": (),
+    "diagnose": ("data", "model", "trainer", "optimizer", "diagnose"),
+    "cliff": (),
     "count": ("data", "model"),
-    "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect"),
+    "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect", "diagnose"),
     "reproduce": (),
     "experiments": (),
 }
@@ -40,7 +42,19 @@ ARGUMENTS = {
     "experiments": "[dvc exp show options]",
 }
 # Commands that run as DVC stages and so can read a file of configs/.
-STAGES = ("prepare", "baselines", "train", "evaluate", "inspect", "report", "score", "ablate", "spotlight")
+STAGES = (
+    "prepare",
+    "baselines",
+    "train",
+    "evaluate",
+    "inspect",
+    "report",
+    "score",
+    "ablate",
+    "spotlight",
+    "diagnose",
+    "cliff",
+)
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""
 HELP_FLAGS = ("-h", "--help")
@@ -250,10 +264,10 @@ def load_config(command: str, args: list[str]):
         return read_config(args[1])
     from headstudy.settings.compose import compose_config, read_params, stage_config
 
-    if command in ("inspect", "report", "spotlight"):  # the whole study's models: as configure resolves them
+    if command in ("inspect", "report", "spotlight", "cliff"):  # the whole study's models: as configure resolves them
         from headstudy.configure import resolve
 
-        return resolve(read_params(required=True), args)[f"{'report' if command == 'spotlight' else command}.yaml"]
+        return resolve(read_params(required=True), args)[f"{'inspect' if command == 'inspect' else 'report'}.yaml"]
     return stage_config(command, compose_config(args))
 
 

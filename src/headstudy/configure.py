@@ -9,6 +9,7 @@ every file is composed and checked."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +27,8 @@ from headstudy.settings.compose import (
 )
 
 CONFIGS = Path("configs")
+# An arm of a diagnosis study: a name that can end a run's name and a DVC stage's.
+ARM = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def listed(study: dict, key: str, required: bool = True) -> list:
@@ -97,6 +100,57 @@ def study_models(params: dict) -> list[dict]:
     return models
 
 
+def study_arms(study: dict) -> dict[str, list[str]]:
+    """The arms of a diagnosis study (study.arms), each with the diagnose settings it sets
+    (study.arm_overrides.ARM; none for an arm not named there): every model of the study is
+    diagnosed once per arm. {} for a study without arms, which writes no diagnose files."""
+    arms = [str(arm) for arm in listed(study, "arms", required=False)]
+    misnamed = [arm for arm in arms if not ARM.fullmatch(arm)]
+    if misnamed:
+        raise ConfigError(
+            f"study.arms in {PARAMS_FILE} names {', '.join(misnamed)}: an arm's name is lower-case letters, "
+            "digits and _, starting with a letter (it ends the run's name)"
+        )
+    settings = study.get("arm_overrides") or {}
+    if not isinstance(settings, dict):
+        raise ConfigError(f"study.arm_overrides in {PARAMS_FILE} must map arms to lists of diagnose.KEY=VALUE")
+    unlisted = [str(arm) for arm in settings if str(arm) not in arms]
+    if unlisted:
+        raise ConfigError(
+            f"study.arm_overrides in {PARAMS_FILE} names {', '.join(unlisted)}, which study.arms does not list"
+        )
+    for arm, items in settings.items():
+        # An arm that set a training key would train another model than the one it is compared with.
+        if not isinstance(items, list) or not all(
+            isinstance(item, str) and "=" in item and item.startswith("diagnose.") for item in items
+        ):
+            raise ConfigError(
+                f"study.arm_overrides.{arm} in {PARAMS_FILE} must be a list of diagnose.KEY=VALUE (an arm "
+                f"changes how the diagnosis watches and clips a training, never the training's settings), got {items!r}"
+            )
+    return {arm: [str(item) for item in settings.get(arm) or []] for arm in arms}
+
+
+def diagnosis_name(model: str, arm: str) -> str:
+    """A diagnosis run: the model it trains, and its arm (h1-lr0.012-s0-clip1)."""
+    return f"{model}-{arm}"
+
+
+def diagnosis_file(model: dict, arm: str, settings: list[str], params: dict, overrides: list[str] = ()) -> DictConfig:
+    config = compose_config([*model["overrides"], *settings, *overrides], params)
+    config.name = diagnosis_name(model["name"], arm)
+    return stage_config("diagnose", config)
+
+
+def diagnosis_runs(params: dict, models: list[dict]) -> list[dict]:
+    """Every run of a diagnosis study: each model once per arm, in study order."""
+    return [
+        {"name": diagnosis_name(model["name"], arm), "model": model, "arm": arm, "settings": settings}
+        for model in models
+        for arm, settings in study_arms(params["study"]).items()
+    ]
+
+
 def check_report(params: dict) -> dict:
     report = params.get("report")
     if not isinstance(report, dict) or not isinstance(report.get("title"), str):
@@ -156,6 +210,10 @@ def expected_file(relative: str, params: dict) -> DictConfig | None:
     if relative.startswith("train/"):
         models = {f"train/{model['name']}.yaml": model for model in study_models(params)}
         return training_file(models[relative], params) if relative in models else None
+    if relative.startswith("diagnose/"):
+        runs = {f"diagnose/{run['name']}.yaml": run for run in diagnosis_runs(params, study_models(params))}
+        run = runs.get(relative)
+        return diagnosis_file(run["model"], run["arm"], run["settings"], params) if run else None
     if relative.startswith("prepare/k") and relative.removeprefix("prepare/k").removesuffix(".yaml").isdigit():
         clues = int(relative.removeprefix("prepare/k").removesuffix(".yaml"))
         return task_file(clues, params) if clues in (params["study"].get("clues") or []) else None
@@ -205,6 +263,10 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     files: dict[str, DictConfig] = {}
     for model in models:
         files[f"train/{model['name']}.yaml"] = training_file(model, params, overrides)
+    for run in diagnosis_runs(params, models):
+        files[f"diagnose/{run['name']}.yaml"] = diagnosis_file(
+            run["model"], run["arm"], run["settings"], params, overrides
+        )
     shared = compose_config(list(overrides), params)
     for clues in dict.fromkeys(model["clues"] for model in models if model["clues"] is not None):
         files[f"prepare/k{clues}.yaml"] = task_file(clues, params, overrides)
@@ -224,6 +286,9 @@ def report_file(params: dict, models: list[dict], report: dict, shared: DictConf
     summary.study = OmegaConf.create(params["study"])
     summary.report = OmegaConf.create(report)
     summary.models = [{key: model[key] for key in ("name", "variant", "seed", "lr", "clues")} for model in models]
+    runs = diagnosis_runs(params, models)
+    if runs:  # a diagnosis study's report reads each run's diagnostics
+        summary.runs = [{"name": run["name"], "model": run["model"]["name"], "arm": run["arm"]} for run in runs]
     return summary
 
 

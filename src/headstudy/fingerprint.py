@@ -29,6 +29,8 @@ COMMANDS = (
     "score",
     "ablate",
     "spotlight",
+    "diagnose",
+    "cliff",
 )
 
 

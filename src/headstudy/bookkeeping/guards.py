@@ -76,7 +76,9 @@ def stage_output_folders(command: str, config: DictConfig) -> list[Path]:
         return [Path(paths.baselines).parent]
     if command in ("evaluate", "score", "ablate"):
         return [Path(paths.metrics)]
-    if command in ("inspect", "report"):
+    if command == "diagnose":
+        return [Path(paths.metrics) / "diagnostics"]
+    if command in ("inspect", "report", "cliff"):
         reports = Path(paths.reports)
         return [reports, reports / "figures"] + ([reports / "figures" / "heads"] if command == "inspect" else [])
     return []

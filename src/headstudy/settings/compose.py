@@ -268,6 +268,8 @@ INTEGER_MINIMUMS = {
     "trainer.max_steps": 1,
     "trainer.val_every_steps": 1,
     "trainer.loss_points": 1,
+    "diagnose.probe_every": 1,
+    "diagnose.probe_windows": 1,
 }
 
 
@@ -301,6 +303,9 @@ def validate(config: DictConfig) -> None:
             fraction = config.data[key]
             if not is_number(fraction) or not 0 < fraction < 0.5:
                 problems.append(f"data.{key} must be a number in (0, 0.5), got {fraction!r}")
+    clip = OmegaConf.select(config, "diagnose.clip_grad_norm")
+    if clip is not None and (not is_number(clip) or clip <= 0):
+        problems.append(f"diagnose.clip_grad_norm must be null (no clipping) or a finite positive number, got {clip!r}")
     problems += device_problems(config.trainer)
     problems += precision_problems(config.trainer)
     if config.data.get("corpus") == "multiclue":
@@ -405,6 +410,8 @@ STAGE_KEYS = {
 }
 # Commands that read the config of one model: `evaluate` reads the model's training config.
 STAGE_KEYS["evaluate"] = STAGE_KEYS["score"] = STAGE_KEYS["ablate"] = STAGE_KEYS["train"]
+# One training as `train` runs it, and how the diagnosis watches it (and clips it, in an arm).
+STAGE_KEYS["diagnose"] = (*STAGE_KEYS["train"], "diagnose")
 
 
 def stage_config(command: str, config: DictConfig) -> DictConfig:
