@@ -14,6 +14,8 @@ import torch
 from conftest import ROOT
 from tinyproject import commit, environment, make_project, run
 
+from headstudy.bookkeeping.provenance import cpu_info
+
 pytestmark = pytest.mark.slow
 
 MODEL_CODE = Path("src/headstudy/weights/model.py")
@@ -79,11 +81,7 @@ REFERENCE_KERNELS = ("2.13.0+cpu", "AVX512", "AuthenticAMD", "25")
 
 def kernels_here() -> tuple[str, str, str, str]:
     """torch's build, its CPU capability, and the CPU's vendor and family from /proc/cpuinfo."""
-    try:
-        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:
-        block = ""
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
+    fields = cpu_info()
     return (
         torch.__version__,
         torch.backends.cpu.get_cpu_capability(),
