@@ -133,11 +133,34 @@ def headstudy_environment(tracking_uri: str) -> dict[str, str]:
     return {**os.environ, "HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": tracking_uri}
 
 
+# The longest files, longest first (their summed --durations in a whole-suite run, 2026-12-02), so
+# that the two workers, each given a file at a time, finish close together. test_scaling.py comes
+# first because it builds `reproduced_study`, which test_pipeline.py, after it on the other
+# worker, then finds ready instead of waiting for.
+LONGEST_FIRST = [
+    "test_scaling.py",
+    "test_guards.py",
+    "test_tracking.py",
+    "test_pipeline.py",
+    "test_several_machines.py",
+    "test_slurm.py",
+    "test_ddp.py",
+    "test_spotlight.py",
+]
+
+
 def pytest_collection_modifyitems(items):
-    """Files with slow tests first, each file's tests in their own order: parallel workers, one
-    file at a time, start on the long files and finish close together."""
+    """The longest files first, then the other files with slow tests, then the rest; each file's
+    tests in their own order: parallel workers, one file at a time, start on the long files and
+    finish close together."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+
+    def rank(item) -> tuple[int, int]:
+        if item.path.name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(item.path.name)
+        return (1 if item.path in slow_files else 2), 0
+
+    items.sort(key=rank)
 
 
 def free_port() -> int:
