@@ -170,7 +170,7 @@ def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, sma
 
 @pytest.fixture(scope="module")
 def reproduced(reproduced_study, tmp_path_factory) -> Path:
-    """A copy of the session's tiny study, reproduced and committed with its dvc.lock; 100 training steps."""
+    """A copy of the session's tiny study, reproduced and committed with its dvc.lock; 200 training steps."""
     shared, _ = reproduced_study
     return copy_project(shared, tmp_path_factory.mktemp("shared") / "project")
 
@@ -232,9 +232,9 @@ def wait_for_queue(project: Path, seconds: float = 600) -> None:
 @pytest.mark.slow
 def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced):
     before = {r.info.run_id for r in runs(reproduced)}
-    # Both differ from the committed study (100 steps), so each one trains; up to the test
-    # perplexity, which is all that this test reads. 2 threads each, so that the check below
-    # sees them divided among the queue's jobs.
+    # Both differ from the committed study (200 steps, a validation every 25), so each one trains;
+    # up to the test perplexity, which is all that this test reads. 2 threads each, so that the
+    # check below sees them divided among the queue's jobs.
     for steps in (10, 30):
         run(
             reproduced,
@@ -246,6 +246,8 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
             f"steps{steps}",
             "-S",
             f"trainer.max_steps={steps}",
+            "-S",
+            "trainer.val_every_steps=10",
             "-S",
             "threads=2",
             "evaluate@1-0",
