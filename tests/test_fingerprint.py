@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
-from tinyproject import commit, environment, make_project, run
+from tinyproject import copy_project, environment, run
+
+from headstudy.bookkeeping.provenance import cpu_info
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +29,10 @@ def stale_stages(project: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def reproduced(tmp_path_factory) -> Path:
-    project = make_project(tmp_path_factory.mktemp("fingerprint") / "project")
-    run(project, "dvc", "repro", "train@1-0")
-    commit(project, "trained")
-    return project
+def reproduced(reproduced_study, tmp_path_factory) -> Path:
+    """A copy of the session's reproduced tiny study: every training up to date and committed."""
+    shared, _ = reproduced_study
+    return copy_project(shared, tmp_path_factory.mktemp("fingerprint") / "project")
 
 
 def restore(project: Path) -> None:
@@ -79,11 +80,7 @@ REFERENCE_KERNELS = ("2.13.0+cpu", "AVX512", "AuthenticAMD", "25")
 
 def kernels_here() -> tuple[str, str, str, str]:
     """torch's build, its CPU capability, and the CPU's vendor and family from /proc/cpuinfo."""
-    try:
-        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:
-        block = ""
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
+    fields = cpu_info()
     return (
         torch.__version__,
         torch.backends.cpu.get_cpu_capability(),

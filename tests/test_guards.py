@@ -1,7 +1,8 @@
 """Bad input and faults, tried as a careless user would. Each one stops with one line that names
 the key or file and what was expected, exits 2, leaves nothing half-written, no MLflow run
 RUNNING and no NaN in any result. Run through the installed `headstudy` command on a tiny text
-corpus, a tiny model and a real MLflow store."""
+corpus, a tiny model and a real MLflow store; refusals of prepared input and settings, which end a
+command before it works, through headstudy.cli.main in this process (`headstudy_here`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import yaml
 from conftest import ROOT, assert_nothing_half_written, assert_refused, default_signals
 from mlflow.tracking import MlflowClient
 
+from headstudy.cli import main
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_json
 
@@ -34,6 +36,26 @@ def headstudy(cwd: Path, *args: str, **env_changes: str) -> subprocess.Completed
         {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}", **env_changes}
     )
     return subprocess.run(["headstudy", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def headstudy_here(capsys, monkeypatch, cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
+    """`headstudy(cwd, *args)` through headstudy.cli.main in this process, for a refusal that ends
+    the command before the work a process of its own would isolate: without the seconds that a
+    process spends importing. The real entry point refuses in the tests that keep `headstudy`."""
+    with monkeypatch.context() as patch:
+        patch.chdir(cwd)
+        patch.delenv("DVC_STAGE", raising=False)
+        settings = {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+        for name, value in {**settings, **env_changes}.items():
+            patch.setenv(name, value)
+        capsys.readouterr()
+        try:
+            main(list(args))
+            status = 0
+        except SystemExit as stopped:
+            status = stopped.code if isinstance(stopped.code, int) else 1
+        captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["headstudy", *args], status, captured.out, captured.err)
 
 
 def write_corpus(folder: Path, lines: int = 600) -> None:
@@ -213,7 +235,7 @@ def test_prepare_refuses_a_vocabulary_the_bpe_cannot_reach(work):
     assert not list(work.glob("prepared-big*"))
 
 
-def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work):
+def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work, capsys, monkeypatch):
     project = tmp_path / "project"  # a project of its own: conf/ makes its folder the root
     shutil.copytree(ROOT / "conf", project / "conf")
     (project / "studies" / "budget").mkdir(parents=True)
@@ -226,7 +248,7 @@ def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work):
         (project / "studies" / "budget", ["train", prepared], ["paths.models=models"]),
     ]
     for cwd, args, names in cases:
-        line = assert_refused(headstudy(cwd, *args, **env), args[0], *names, "dvc repro")
+        line = assert_refused(headstudy_here(capsys, monkeypatch, cwd, *args, **env), args[0], *names, "dvc repro")
         assert "pass paths." in line
     assert sorted(path.name for path in project.iterdir()) == ["conf", "studies"]
     assert not (tmp_path / "m.db").exists()
@@ -240,7 +262,7 @@ def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work):
 # Crashes that must be clear errors
 
 
-def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path):
+def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path, capsys, monkeypatch):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "short.txt").write_text("ab\n" * 10)
     data = [
@@ -251,16 +273,16 @@ def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path):
         "data.valid_fraction=0.1",
         "data.test_fraction=0.1",
     ]
-    assert headstudy(tmp_path, "prepare", *data).returncode == 0
-    result = headstudy(tmp_path, "train", *data, *TINY)
+    assert headstudy_here(capsys, monkeypatch, tmp_path, "prepare", *data).returncode == 0
+    result = headstudy_here(capsys, monkeypatch, tmp_path, "train", *data, *TINY)
     assert_refused(result, "train", "prepared/train.npy holds", "model.context=32")
     assert not (tmp_path / "models").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-def test_prepare_refuses_a_binary_file_named_txt(tmp_path):
+def test_prepare_refuses_a_binary_file_named_txt(tmp_path, capsys, monkeypatch):
     write_corpus(tmp_path / "corpus")
     (tmp_path / "corpus" / "b.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
-    result = headstudy(tmp_path, "prepare", *DATA)
+    result = headstudy_here(capsys, monkeypatch, tmp_path, "prepare", *DATA)
     assert_refused(result, "prepare", "corpus/b.txt is not UTF-8 text", "data.dir")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus"]
 
@@ -297,12 +319,11 @@ def ids_out_of_range(path: Path) -> None:
         (ids_out_of_range, "holds token id 5000, but the tokenizer has 300 tokens"),
     ],
 )
-def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected):
+def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected, capsys, monkeypatch):
     prepared = copy_prepared(work, f"prepared-{damage.__name__}")
     damage(prepared / "train.npy")
-    result = headstudy(
-        work, "baselines", *DATA, f"paths.prepared={prepared}", f"paths.metrics=metrics-{damage.__name__}"
-    )
+    settings = [f"paths.prepared={prepared}", f"paths.metrics=metrics-{damage.__name__}"]
+    result = headstudy_here(capsys, monkeypatch, work, "baselines", *DATA, *settings)
     assert_refused(result, "baselines", f"{prepared}/train.npy", expected)
     assert not (work / f"metrics-{damage.__name__}").exists()
 
@@ -384,9 +405,9 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
         ),
     ],
 )
-def test_configure_refuses_a_bad_study_in_one_line_and_writes_nothing(tmp_path, params, named):
+def test_configure_refuses_a_bad_study_in_one_line_and_writes_nothing(tmp_path, params, named, capsys, monkeypatch):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    assert_refused(headstudy(tmp_path, "configure"), "configure", named)
+    assert_refused(headstudy_here(capsys, monkeypatch, tmp_path, "configure"), "configure", named)
     assert not (tmp_path / "configs").exists()
 
 
@@ -407,10 +428,10 @@ def test_evaluate_refuses_weights_changed_after_training(work, trained):
     assert not (work / "metrics-tampered").exists()
 
 
-def test_prepare_refuses_a_zero_filled_file_named_txt(tmp_path):
+def test_prepare_refuses_a_zero_filled_file_named_txt(tmp_path, capsys, monkeypatch):
     write_corpus(tmp_path / "corpus")
     (tmp_path / "corpus" / "zeros.txt").write_bytes(b"\0" * 4096)
-    result = headstudy(tmp_path, "prepare", *DATA)
+    result = headstudy_here(capsys, monkeypatch, tmp_path, "prepare", *DATA)
     assert_refused(result, "prepare", "corpus/zeros.txt holds NUL bytes")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus"]
 

@@ -1,8 +1,9 @@
 """The real pipeline, end to end: `dvc repro` on a temporary copy of the project with tiny
-params, a real MLflow store and real training. The module reproduces one project once and
-commits it; each test starts from that state and the `project` fixture puts it back afterwards
-(git checkout and clean, dvc checkout), so the tests pass alone and in any order. The MLflow
-store alone keeps what every test added: the tests look only at the runs they made."""
+params, a real MLflow store and real training. The module works in a copy of the session's
+reproduced tiny study (conftest's `reproduced_study`, committed); each test starts from that
+state and the `project` fixture puts it back afterwards (git checkout and clean, dvc checkout), so
+the tests pass alone and in any order. The MLflow store alone keeps what every test added: the
+tests look only at the runs they made."""
 
 from __future__ import annotations
 
@@ -16,24 +17,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tinyproject import commit, edit_params, environment, make_project, ran_stages, run, runs
+from tinyproject import copy_project, edit_params, environment, ran_stages, run, runs
 
 pytestmark = pytest.mark.slow
 
-TINY = {
-    "study": {"variants": [1, "1-mix"], "seeds": [0]},
-    "model": {"preset": "tiny"},
-    "trainer": {"max_steps": 100, "val_every_steps": 25},
-}
-
 
 @pytest.fixture(scope="module")
-def reproduced(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+def reproduced(reproduced_study, tmp_path_factory) -> tuple[Path, str]:
     """The tiny study after its first `dvc repro`, committed; and that repro's output."""
-    project = make_project(tmp_path_factory.mktemp("study"), TINY)
-    result = run(project, "dvc", "repro")
-    commit(project, "reproduced")
-    return project, result
+    shared, output = reproduced_study
+    return copy_project(shared, tmp_path_factory.mktemp("study") / "project"), output
 
 
 @pytest.fixture
@@ -48,8 +41,8 @@ def project(reproduced) -> Path:
 
 
 def test_repro_trains_evaluates_and_reports_every_variant(reproduced, project):
-    _, result = reproduced
-    assert ran_stages(result.stdout) == {
+    _, output = reproduced
+    assert ran_stages(output) == {
         "fingerprint",
         "configure",
         "prepare",

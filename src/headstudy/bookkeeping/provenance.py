@@ -85,14 +85,19 @@ def in_pipeline() -> bool:
     return "DVC_STAGE" in os.environ
 
 
-def cpu_model() -> str:
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none): the one reader
+    of that file for the runs' provenance, the throughput benchmark and the golden test's skip."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return {}
+    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
+
+
+def cpu_model() -> str:
+    model = cpu_info().get("model name")
+    return model if model is not None else platform.processor() or "unknown"
 
 
 def environment() -> dict[str, str]:
