@@ -179,6 +179,15 @@ def test_with_a_type_concentration_the_answer_still_depends_only_on_the_k_clues(
         assert answer_of(made.layout, clues, body) == answer
 
 
+def test_with_a_type_concentration_the_same_seed_gives_the_same_data():
+    first, again = task(2, seed=5, **HARD).generate("train"), task(2, seed=5, **HARD).generate("train")
+    assert all(
+        np.array_equal(getattr(first, key), getattr(again, key))
+        for key in ("tokens", "queries", "clue_positions", "answers")
+    )
+    assert not np.array_equal(first.tokens[:300], task(2, seed=6, **HARD).generate("train").tokens[:300])
+
+
 def test_the_distractor_density_is_what_was_asked():
     """clue_rate: the share of the places beyond the forced one-of-each-type that hold a clue-type
     token; type_concentration: how unevenly a body's clue-type tokens fall on the types (a small
@@ -400,3 +409,72 @@ def test_dvc_repro_of_the_study_scores_every_model_and_reports(tmp_path):
     assert "| 2 heads " in report and "Chance" in report and "75.0%" in report and "Where the heads look" in report
     assert (study / "reports" / "results.html").read_text().count("data:image/png;base64,") == 2
     assert ran_stages(run(project, "dvc", "repro", "studies/spotlight/dvc.yaml").stdout) == set()
+
+
+def tiny_hard_study(study: dict, **changes) -> dict:
+    """studies/spotlight-hard's settings at a tiny size: the hard task's own keys, a tiny model."""
+    settings = {
+        "study": study,
+        "data": {
+            "corpus": "multiclue",
+            "segments": {"train": 2000, "valid": 50, "test": 100},
+            "segment_min": 8,
+            "segment_mean": 10,
+            "segment_max": 14,
+            "clue_rate": 0.9,
+            "type_concentration": 0.1,
+        },
+        "model": {"preset": "tiny", "width": 32, "mlp_hidden": 64, "context": 16, "init_std": 0.1},
+        "trainer": {"max_steps": 30, "val_every_steps": 15},
+        "threads": 1,
+        "report": {"title": "Tiny hard spotlight"},
+    }
+    for section, values in changes.items():
+        settings[section] = {**settings.get(section, {}), **values}
+    return settings
+
+
+@pytest.mark.slow
+def test_dvc_repro_of_the_hard_study_and_its_checks_scores_ablates_and_reports(tmp_path):
+    """studies/spotlight-hard end to end at a tiny size: its three check pipelines (learning rates,
+    2 heads at their own rate, the longer budget), then the study itself, whose report reads theirs."""
+    project = make_project(tmp_path / "project")
+    source, study = ROOT / "studies" / "spotlight-hard", project / "studies" / "spotlight-hard"
+    real = yaml.safe_load((source / "params.yaml").read_text())
+    checks = {
+        "lr-check": tiny_hard_study({"variants": [1], "clues": [2], "seeds": [0], "lrs": [0.003, 0.01]}),
+        "own-rate": tiny_hard_study({"variants": [2], "clues": [2], "seeds": [1]}, optimizer={"lr": 0.01}),
+        "longer": tiny_hard_study({"variants": [1], "clues": [2], "seeds": [1]}, trainer={"max_steps": 45}),
+    }
+    for folder, params in checks.items():
+        (study / folder).mkdir(parents=True)
+        shutil.copy(source / folder / "dvc.yaml", study / folder / "dvc.yaml")
+        (study / folder / "params.yaml").write_text(yaml.safe_dump(params))
+    main = tiny_hard_study({"variants": [1, 2], "clues": [2], "seeds": [1]})
+    main["report"].update(
+        success_accuracy=0.9,
+        compare=[[1, 2]],
+        extra=[{"title": title, "metrics": f"{folder}/metrics"} for title, folder in zip("ABC", checks, strict=True)],
+    )
+    assert set(main["data"]) <= set(real["data"]) | {"segments"}  # the tiny study sets the real one's task keys
+    shutil.copy(source / "dvc.yaml", study / "dvc.yaml")
+    (study / "params.yaml").write_text(yaml.safe_dump(main))
+    commit(project, "tiny hard spotlight study")
+
+    for folder in checks:
+        run(project, "dvc", "repro", f"studies/spotlight-hard/{folder}/dvc.yaml")
+    result = run(project, "dvc", "repro", "studies/spotlight-hard/dvc.yaml")
+    prefix = "studies/spotlight-hard/dvc.yaml:"
+    assert {prefix + f"{stage}@{variant}-2-1" for stage in ("train", "score", "ablate") for variant in (1, 2)} | {
+        prefix + "spotlight"
+    } <= ran_stages(result.stdout)
+    assert_nothing_half_written(study)
+    ablation = json.loads((study / "metrics" / "ablation" / "h2-k2-s1.json").read_text())
+    assert ablation["heads"] == 2 and len(ablation["ablated"]) == 2 and len(ablation["digit_accuracy"]) == 2
+    assert json.loads((study / "data" / "k2" / "task.json").read_text())["type_concentration"] == 0.1
+    report = (study / "reports" / "results.md").read_text()
+    assert "Which head reads which clue" in report and "Succeeded (>= 90%)" in report
+    for title, folder in zip("ABC", checks, strict=True):
+        assert f"## {title}" in report and f"{folder}/metrics" in report
+    assert "h1-lr0.01-k2-s0" in report  # the learning-rate check's models are listed
+    assert ran_stages(run(project, "dvc", "repro", "studies/spotlight-hard/dvc.yaml").stdout) == set()

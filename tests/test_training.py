@@ -16,13 +16,18 @@ STEPS = 12
 
 
 @pytest.mark.slow
-def test_lightning_training_matches_a_plain_loop_weight_for_weight(small_corpus, in_project):
+def test_lightning_training_matches_a_plain_loop_weight_for_weight(small_corpus, in_project, monkeypatch, request):
     """Lightning runs our own step (zero_grad, backward, AdamW, the one-cycle schedule) on the
     batch of each step, across validation intervals: any step it skipped, repeated, reordered
     or left unscheduled would change the weights."""
     config = compose_config(
         ["model=tiny", "threads=1", f"trainer.max_steps={STEPS}", "trainer.val_every_steps=5", *small_corpus]
     )
+    # Both trainings at one thread count, whatever an earlier test of this process left: Lightning
+    # sets torch's threads from OMP_NUM_THREADS's absence, and other thread counts give other sums.
+    monkeypatch.setenv("OMP_NUM_THREADS", str(config.threads))
+    request.addfinalizer(lambda threads=torch.get_num_threads(): torch.set_num_threads(threads))
+    torch.set_num_threads(config.threads)
 
     torch.manual_seed(config.seed)
     plain_model = Decoder(model_config(config))

@@ -281,6 +281,8 @@ def validate(config: DictConfig) -> None:
     """Every problem of a composed config, by key, in one line."""
     problems = []
     for key, minimum in INTEGER_MINIMUMS.items():
+        if key.split(".")[0] not in config:  # a training's own config holds no diagnose section
+            continue
         value = OmegaConf.select(config, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             problems.append(f"{key} must be an integer >= {minimum}, got {value!r}")
