@@ -246,6 +246,9 @@ def requeue(cluster: Cluster, task: str) -> None:
     while True:  # COMPLETING while its processes end, then PENDING
         [record] = cluster.jobs(task)
         if record["JobState"] == "PENDING":
+            # slurmd refuses a credential made in the same second as it revoked the killed
+            # instance's ("Job credential revoked", the task then fails): start it a second later.
+            time.sleep(2)
             cluster.command("scontrol", "update", f"JobId={task}", "StartTime=now")
             return
         if record["Restarts"] != "0" and (record["JobState"] == "RUNNING" or record["JobState"] in FINISHED):
