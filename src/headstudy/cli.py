@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from headstudy.fingerprint import CONFIGURED_STAGES as STAGES
+
 # Each command and the conf/ groups it reads (for its --help).
 COMMANDS = {
     "fingerprint": (),
@@ -41,20 +43,6 @@ ARGUMENTS = {
     "fingerprint": "",
     "experiments": "[dvc exp show options]",
 }
-# Commands that run as DVC stages and so can read a file of configs/.
-STAGES = (
-    "prepare",
-    "baselines",
-    "train",
-    "evaluate",
-    "inspect",
-    "report",
-    "score",
-    "ablate",
-    "spotlight",
-    "diagnose",
-    "cliff",
-)
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""
 HELP_FLAGS = ("-h", "--help")

@@ -17,9 +17,8 @@ FOLDER = Path("fingerprints")
 # The project's own source, beside dvc.yaml: the stage's dependency, which in a copy of the
 # project (a test's, or `dvc exp run --temp`'s) need not be the installed package.
 SOURCE = Path("src")
-# Every command that runs as a DVC stage.
-COMMANDS = (
-    "configure",
+# The commands that run as DVC stages from their own file of configs/, which configure writes.
+CONFIGURED_STAGES = (
     "prepare",
     "baselines",
     "train",
@@ -32,6 +31,8 @@ COMMANDS = (
     "diagnose",
     "cliff",
 )
+# Every command that runs as a DVC stage.
+COMMANDS = ("configure", *CONFIGURED_STAGES)
 
 
 def write_fingerprints(folder: Path = FOLDER, source: Path = SOURCE) -> None:

@@ -31,20 +31,7 @@ def accuracy_by_clues(lines: list[dict], levels: dict[int, dict], path: Path) ->
             capsize=4,
             label=line["label"],
         )
-    ks = sorted(levels)
-    axes.plot(
-        ks, [100 * levels[k]["one_clue_best"] for k in ks], "k--", linewidth=1, label="best reachable from one clue"
-    )
-    axes.plot(ks, [100 * levels[k]["chance"] for k in ks], "k:", linewidth=1, label="chance")
-    axes.set_xticks(ks)
-    axes.set_xlabel("clues the answer needs (k)")
-    axes.set_ylabel("accuracy at the answer positions")
-    axes.yaxis.set_major_formatter(PercentFormatter())
-    axes.set_ylim(0, 102)
-    axes.grid(True, alpha=0.3)
-    axes.set_title("Test accuracy: mean over seeds, bars 95% CI")
-    axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3, frameon=False)
-    return save_figure(figure, path)
+    return finish_accuracy_axes(figure, axes, levels, "Test accuracy: mean over seeds, bars 95% CI", path)
 
 
 def accuracy_per_seed(lines: list[dict], levels: dict[int, dict], threshold: float, path: Path) -> Path:
@@ -69,8 +56,13 @@ def accuracy_per_seed(lines: list[dict], levels: dict[int, dict], threshold: flo
                 alpha=0.7,
                 markeredgewidth=0,
             )
-    ks = sorted(levels)
     axes.axhline(100 * threshold, color="grey", linestyle="-.", linewidth=1, label="success threshold")
+    return finish_accuracy_axes(figure, axes, levels, "Test accuracy: median over seeds (line), each seed (dots)", path)
+
+
+def finish_accuracy_axes(figure, axes, levels: dict[int, dict], title: str, path: Path) -> Path:
+    """Chance and the one-clue ceiling at each k, the axes of accuracy against k, and the file."""
+    ks = sorted(levels)
     axes.plot(
         ks, [100 * levels[k]["one_clue_best"] for k in ks], "k--", linewidth=1, label="best reachable from one clue"
     )
@@ -81,7 +73,7 @@ def accuracy_per_seed(lines: list[dict], levels: dict[int, dict], threshold: flo
     axes.yaxis.set_major_formatter(PercentFormatter())
     axes.set_ylim(0, 102)
     axes.grid(True, alpha=0.3)
-    axes.set_title("Test accuracy: median over seeds (line), each seed (dots)")
+    axes.set_title(title)
     axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3, frameon=False)
     return save_figure(figure, path)
 
