@@ -477,3 +477,20 @@ def test_dvc_repro_of_the_hard_study_and_its_checks_scores_ablates_and_reports(t
         assert f"## {title}" in report and f"{folder}/metrics" in report
     assert "h1-lr0.01-k2-s0" in report  # the learning-rate check's models are listed
     assert ran_stages(run(project, "dvc", "repro", "studies/spotlight-hard/dvc.yaml").stdout) == set()
+
+
+@pytest.mark.parametrize("folder", ["lr-check", "own-rate", "longer"])
+def test_each_check_of_the_hard_study_trains_the_studys_task_and_models(folder):
+    """A DVC params file cannot include another, so each check pipeline repeats the study's
+    settings: they must agree but for what the check is about (its grid, steps or rate)."""
+    hard = ROOT / "studies" / "spotlight-hard"
+    study = yaml.safe_load((hard / "params.yaml").read_text())
+    check = yaml.safe_load((hard / folder / "params.yaml").read_text())
+    own = {"lr-check": (), "own-rate": ("optimizer",), "longer": ("trainer",)}[folder]
+    for section in set(study) | set(check):
+        if section in ("study", "report", *own):
+            continue
+        assert check.get(section) == study.get(section), f"{folder}/params.yaml: {section}"
+    for section in own:
+        changed = {key for key, value in check[section].items() if study.get(section, {}).get(key) != value}
+        assert changed == {"optimizer": {"lr"}, "trainer": {"max_steps"}}[section], changed
