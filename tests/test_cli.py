@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -130,3 +131,19 @@ def test_unknown_command_is_named_as_unknown():
 def test_no_command_prints_usage_and_fails():
     result = headstudy()
     assert result.returncode == 2 and "usage: headstudy COMMAND" in result.stderr
+
+
+def test_help_into_a_closed_pipe_stops_quietly(monkeypatch, capsys):
+    """`headstudy --help | head -1`: the reader has gone before the help is written. The command
+    stops with status 1 and no traceback instead of a BrokenPipeError."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    closed_pipe = os.fdopen(write_end, "w")
+    monkeypatch.setattr("sys.stdout", closed_pipe)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            main(["--help"])
+    finally:
+        closed_pipe.close()
+    assert stopped.value.code == 1
+    assert "Traceback" not in capsys.readouterr().err

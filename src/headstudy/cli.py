@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import re
 import shutil
 import sys
@@ -260,7 +261,17 @@ def load_config(command: str, args: list[str]):
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        dispatch(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()  # a short output meets a closed pipe only here, not at exit
+    except BrokenPipeError:
+        # The reader has gone (`headstudy train --help | head`): stop quietly, as other tools do,
+        # with stdout pointed at /dev/null so that the interpreter's last flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+def dispatch(args: list[str]) -> None:
     if not args:
         print(usage(), file=sys.stderr)
         sys.exit(2)

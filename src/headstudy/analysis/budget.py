@@ -73,7 +73,7 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
             f"{gap.iloc[-1]:+.1%}, so this part {'is met' if stable else 'is not'}"
         )
         text += (
-            ". The comparisons above are taken where the models have settled."
+            ". So the gap has stopped moving at this budget; that does not say the models have converged."
             if met
             else ". So at this budget the comparisons may measure how fast the variants learn rather than where "
             "they end."
