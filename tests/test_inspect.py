@@ -1,9 +1,9 @@
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from fixed_attention import FixedAttention
 
 from headstudy.analysis.attention import (
     ablation_ppl,
@@ -172,21 +172,6 @@ def parked(length: int) -> torch.Tensor:
     weights = torch.zeros(length, length)
     weights[:, 0] = 1
     return weights
-
-
-class FixedAttention(torch.nn.Module):
-    """A stand-in model with one attention layer whose heads attend as the given patterns say,
-    whatever the tokens: the spotlight measures see only attention weights."""
-
-    def __init__(self, *patterns, context: int = 32):
-        super().__init__()
-        self.patterns = patterns
-        self.config = SimpleNamespace(context=context, n_layers=1)
-        self.attention_layers = [SimpleNamespace(capture_weights=False, captured_weights=None)]
-
-    def forward(self, tokens: torch.Tensor) -> None:
-        weights = torch.stack([pattern(tokens.shape[1]) for pattern in self.patterns])  # (H, T, T)
-        self.attention_layers[0].captured_weights = weights.expand(tokens.shape[0], -1, -1, -1)
 
 
 WINDOWS = TOKENS[: 4 * 32 + 1]  # four whole windows of 32 tokens: 31 query positions each

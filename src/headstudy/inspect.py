@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from headstudy.analysis import head_figures
 from headstudy.analysis.attention import (
     ORDER_KEY,
+    fair_null,
     head_rows,
     layer_rows,
     measure_model,
@@ -62,7 +63,15 @@ def inspect(config: DictConfig) -> dict:
         model, _ = load_trained(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
         measured = measure_model(model, test, settings.batch_size, settings.substantial_weight)
         per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, **measured})
-        loaded.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, "model": model})
+        loaded.append(
+            {
+                "variant": variant,
+                "heads": model.config.n_heads,
+                "seed": seed,
+                "model": model,
+                "head_scores": measured["head_scores"],
+            }
+        )
         print(
             f"inspect: {name}: "
             + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in measured["layers"])
@@ -74,6 +83,13 @@ def inspect(config: DictConfig) -> dict:
                 maps, measured["head_scores"], labels, variant, seed, figure_dir
             )
             map_figures += [str(path) for path in drawn_maps]
+    thresholds = null_thresholds(settings.substantial_weight)
+    fair = settings.spotlight.fair_null
+    fair_variants = [str(settings.spotlight.multi)] + [
+        str(v)
+        for v in fair.also
+        if str(v) != str(settings.spotlight.multi) and any(m["variant"] == str(v) for m in loaded)
+    ]
     return {
         "sentence": settings.sentence,
         "substantial_weight": settings.substantial_weight,
@@ -86,8 +102,18 @@ def inspect(config: DictConfig) -> dict:
             str(settings.spotlight.multi),
             test,
             settings.batch_size,
-            null_thresholds(settings.substantial_weight),
+            thresholds,
         ),
+        "fair_null": {
+            "max_unions": fair.max_unions,
+            "sample_seed": fair.sample_seed,
+            "overlap_margin": fair.overlap_margin,
+            "predicted": str(settings.spotlight.multi),
+            "variants": [
+                fair_null(loaded, variant, test, settings.batch_size, thresholds, fair.max_unions, fair.sample_seed)
+                for variant in fair_variants
+            ],
+        },
         "models": per_model,
         "figures": {"attention_maps": map_figures},
     }
@@ -100,6 +126,19 @@ def main(config: DictConfig) -> None:
         result["rows"], Path(config.paths.reports) / "figures" / "heads" / "head_scores.png"
     )
     result["figures"]["head_scores"] = str(head_scores)
+    fair = [variant for variant in result["fair_null"]["variants"] if variant["available"]]
+    layers = sorted({row["layer"] for variant in fair for row in variant["rows"]})
+    result["figures"]["spotlight_nulls"] = [
+        str(
+            head_figures.spotlight_nulls(
+                result["spotlight"],
+                fair,
+                layer,
+                Path(config.paths.reports) / "figures" / "heads" / f"spotlight_nulls_layer{layer}.png",
+            )
+        )
+        for layer in layers
+    ]
     write_json(Path(config.paths.reports) / "heads.json", nan_to_null(result))
     for row in result["spotlight"].get("rows", []):
         print(
@@ -108,3 +147,13 @@ def main(config: DictConfig) -> None:
             f"positions per query; unions of single heads {row['null_min']:.2f} to {row['null_max']:.2f}: "
             f"{row['position']}"
         )
+    for variant in fair:
+        for row in variant["rows"]:
+            against = "; ".join(
+                f"{name} {row[key]['min']:.2f} to {row[key]['max']:.2f}: {row[key]['position']}"
+                for key, name in (("cross_model", "unions across models"), ("rank_matched", "rank-matched"))
+            )
+            print(
+                f"inspect: fair null, variant {variant['variant']}, layer {row['layer']}, threshold "
+                f"{row['threshold']:g}: covers {', '.join(f'{c:.2f}' for c in row['multi_covered'])}; {against}"
+            )

@@ -147,7 +147,12 @@ def heads_input(path: Path, reports_dir: Path) -> dict:
     """inspect's heads.json, whose figures the report shows: they must lie in this report's
     folder, as inspect writes them for the same paths.reports, or the report would link elsewhere."""
     heads = read_json(path)
-    figures_named = [*heads.get("figures", {}).get("attention_maps", []), heads.get("figures", {}).get("head_scores")]
+    figures = heads.get("figures", {})
+    figures_named = [
+        *figures.get("attention_maps", []),
+        figures.get("head_scores"),
+        *figures.get("spotlight_nulls", []),
+    ]
     for figure in figures_named:
         inside = isinstance(figure, str) and reports_dir.resolve() in Path(figure).resolve().parents
         if not inside or not Path(figure).is_file():

@@ -8,11 +8,18 @@ attention distance (rank 0 = the most local) before anything is averaged over se
 the spotlight measures: how many distinct positions get substantial weight from at least one
 head, and how many distinct top-1 targets the heads pick; and, as their null, the same coverage
 for the union of k independently trained single heads on the same windows, over a sweep of
-thresholds. The weights come from the model's own forward pass (analysis/capture.py).
+thresholds. That null is weak (lone, wider heads that all look alike), so the fair null builds
+its unions from the multi-head models themselves: k heads from k different models (any head, or
+one head of each distance rank), beside the attention mass that two heads share, within one
+model against across models. The weights come from the model's own forward pass
+(analysis/capture.py).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 import numpy as np
@@ -162,6 +169,26 @@ def over_seeds(per_model: list[dict], key: str, group_by: tuple[str, ...], measu
 
 
 @torch.no_grad()
+def captured_windows(models: list, tokens: np.ndarray, batch_size: int) -> Iterator[list[list[torch.Tensor]]]:
+    """The one loop over the test windows that the union measures run: every model reads the same
+    windows; per batch, each model's attention weights per layer at query positions t >= 1,
+    (B, H, T-1, T)."""
+    context, layers = models[0].config.context, models[0].config.n_layers
+    if any((m.config.context, m.config.n_layers) != (context, layers) for m in models):
+        raise ValueError("the union measures need models of the same context and number of layers")
+    with ExitStack() as stack:
+        captured = [stack.enter_context(capturing(model.eval())) for model in models]
+        for inputs, _ in stream_batches(tokens, context, batch_size):
+            if inputs.shape[1] < 2:
+                continue
+            for model in models:
+                model(inputs)
+            yield [
+                [attention[layer].captured_weights[:, :, 1:, :] for layer in range(layers)] for attention in captured
+            ]
+
+
+@torch.no_grad()
 def union_coverage(
     models: list[Decoder],
     groups: list[tuple[int, ...]],
@@ -172,26 +199,18 @@ def union_coverage(
     """(groups, layers, thresholds): per query position t >= 1, the mean number of positions that
     get more than the threshold from at least one head of at least one model of the group, every
     model reading the same windows."""
-    context, layers = models[0].config.context, models[0].config.n_layers
-    if any((m.config.context, m.config.n_layers) != (context, layers) for m in models):
-        raise ValueError("union_coverage: every model must have the same context and number of layers")
+    layers = models[0].config.n_layers
     totals = np.zeros((len(groups), layers, len(thresholds)))
     queries = 0
-    with ExitStack() as stack:
-        captured = [stack.enter_context(capturing(model.eval())) for model in models]
-        for inputs, _ in stream_batches(tokens, context, batch_size):
-            if inputs.shape[1] < 2:
-                continue
-            for model in models:
-                model(inputs)
-            queries += inputs.shape[0] * (inputs.shape[1] - 1)
-            for layer in range(layers):
-                rows = [attention[layer].captured_weights[:, :, 1:, :] for attention in captured]  # (B, H, T-1, T)
-                for column, threshold in enumerate(thresholds):
-                    above = [(weights > threshold).any(dim=1) for weights in rows]  # per model (B, T-1, T)
-                    for index, group in enumerate(groups):
-                        union = torch.stack([above[member] for member in group]).any(dim=0)
-                        totals[index, layer, column] += union.sum().item()
+    for weights in captured_windows(models, tokens, batch_size):
+        queries += weights[0][0].shape[0] * weights[0][0].shape[2]
+        for layer in range(layers):
+            rows = [per_model[layer] for per_model in weights]  # (B, H, T-1, T) each
+            for column, threshold in enumerate(thresholds):
+                above = [(w > threshold).any(dim=1) for w in rows]  # per model (B, T-1, T)
+                for index, group in enumerate(groups):
+                    union = torch.stack([above[member] for member in group]).any(dim=0)
+                    totals[index, layer, column] += union.sum().item()
     return totals / queries
 
 
@@ -225,6 +244,7 @@ def spotlight_null(
                     "single_covered": alone.tolist(),
                     "null_covered": null.tolist(),
                     "null_mean": float(null.mean()),
+                    "null_median": float(np.median(null)),
                     "null_min": float(null.min()),
                     "null_max": float(null.max()),
                     "position": against_null(observed, null, complete=len(singles) >= k),
@@ -239,6 +259,243 @@ def spotlight_null(
         "null_unions": len(unions),
         "complete": len(singles) >= k,
         "rows": rows,
+    }
+
+
+def heads_in_rank_order(head_scores: list[dict], layer: int) -> list[int]:
+    """One model's head numbers in one layer, rank 0 (the most local) first."""
+    return [row["head"] for row in sorted((r for r in head_scores if r["layer"] == layer), key=lambda r: r["rank"])]
+
+
+def packed_above(rows: torch.Tensor, thresholds: tuple[float, ...]) -> np.ndarray:
+    """(thresholds, heads, bytes): for each head of rows (B, H, T-1, T), which (window, query,
+    position) cells get more than each threshold, packed eight to a byte, so that the union of
+    heads is a bitwise OR and its coverage a count of set bits."""
+    per_head = rows.transpose(0, 1).reshape(rows.shape[1], -1)
+    return np.stack([np.packbits((per_head > threshold).numpy(), axis=-1) for threshold in thresholds])
+
+
+def union_counts(masks: np.ndarray, unions: np.ndarray, chunk: int = 64) -> np.ndarray:
+    """For packed masks (members, bytes) and unions (U, k) of member indices: the number of cells
+    set in at least one member of each union. A chunk of unions at a time bounds the memory."""
+    counts = np.empty(len(unions), dtype=np.int64)
+    for start in range(0, len(unions), chunk):
+        part = unions[start : start + chunk]
+        union = masks[part[:, 0]]  # fancy indexing copies: the OR below writes into it
+        for column in range(1, part.shape[1]):
+            np.bitwise_or(union, masks[part[:, column]], out=union)
+        counts[start : start + chunk] = np.bitwise_count(union).sum(axis=-1, dtype=np.int64)
+    return counts
+
+
+def nth_combination(index: int, n: int, k: int) -> list[int]:
+    """The index-th k-subset of range(n) in itertools.combinations' order, without listing them."""
+    chosen, start = [], 0
+    for slot in range(k):
+        for candidate in range(start, n):
+            following = math.comb(n - candidate - 1, k - slot - 1)
+            if index < following:
+                chosen.append(candidate)
+                start = candidate + 1
+                break
+            index -= following
+    return chosen
+
+
+def cross_model_union(index: int, models: int, heads: int) -> list[int]:
+    """The index-th union of `heads` heads, each from a different model, any head of each
+    (members numbered model * heads + head): models in combinations' order, then the heads as
+    the digits of a number in base `heads`, as itertools.product counts."""
+    chosen = nth_combination(index // heads**heads, models, heads)
+    code = index % heads**heads
+    picks = [(code // heads**place) % heads for place in reversed(range(heads))]
+    return [model * heads + head for model, head in zip(chosen, picks, strict=True)]
+
+
+def rank_matched_union(index: int, heads_by_rank: list[list[int]]) -> list[int]:
+    """The index-th union that takes the head of each rank from a different model
+    (heads_by_rank[model][rank] is its head number), in itertools.permutations' order of the
+    models assigned to ranks 0, 1, ..."""
+    models, heads = len(heads_by_rank), len(heads_by_rank[0])
+    remaining, union = list(range(models)), []
+    for rank in range(heads):
+        following = math.perm(models - rank - 1, heads - rank - 1)
+        model = remaining.pop(index // following)
+        index %= following
+        union.append(model * heads + heads_by_rank[model][rank])
+    return union
+
+
+def chosen_unions(total: int, most: int, seed: int) -> np.ndarray:
+    """Which of `total` unions to count: all of them, or a fixed-size random sample of `most`,
+    drawn with `seed`, when there are more (in order, so that the sample reads like the whole)."""
+    if total <= most:
+        return np.arange(total)
+    return np.sort(np.random.default_rng(seed).choice(total, most, replace=False))
+
+
+def overlap_pairs(heads_by_rank: list[list[int]]) -> list[dict]:
+    """Pairs of heads of two different ranks: within each model, and the same two ranks from
+    two different models (the lower rank from the first), members numbered model * heads + head."""
+    models, heads = len(heads_by_rank), len(heads_by_rank[0])
+    pairs = []
+    for low, high in itertools.combinations(range(heads), 2):
+        for first, second in itertools.product(range(models), repeat=2):
+            pairs.append(
+                {
+                    "kind": "within" if first == second else "across",
+                    "ranks": (low, high),
+                    "models": (first, second),
+                    "members": (
+                        first * heads + heads_by_rank[first][low],
+                        second * heads + heads_by_rank[second][high],
+                    ),
+                }
+            )
+    return pairs
+
+
+def distribution(values) -> dict:
+    """A null's distribution in a few numbers: its range, quartiles, median and mean."""
+    values = np.asarray(values, dtype=float)
+    low, lower_quartile, median, upper_quartile, high = np.quantile(values, [0, 0.25, 0.5, 0.75, 1])
+    return {
+        "min": float(low),
+        "q25": float(lower_quartile),
+        "median": float(median),
+        "q75": float(upper_quartile),
+        "max": float(high),
+        "mean": float(values.mean()),
+    }
+
+
+def against_fair_null(observed: np.ndarray, null: np.ndarray) -> dict:
+    """The null's distribution, where the observed values (one per seed) stand against its range,
+    and in how many seeds they exceed its median."""
+    summary = distribution(null)
+    return {
+        **summary,
+        "unions": len(null),
+        "position": against_null(observed, null),
+        "seeds_above_median": int((observed > summary["median"]).sum()),
+    }
+
+
+def overlap_rows(pairs: list[dict], mass: np.ndarray, layer: int, models: int) -> tuple[list[dict], dict]:
+    """Per pair of ranks, the shared attention mass of pairs within one model (one value per
+    seed) and across models; and the same over every pair of ranks (within: the sd over seeds of
+    each model's mean over its pairs)."""
+    rows = []
+    for ranks in sorted({pair["ranks"] for pair in pairs}):
+        within = [mass[i] for i, pair in enumerate(pairs) if pair["ranks"] == ranks and pair["kind"] == "within"]
+        across = [mass[i] for i, pair in enumerate(pairs) if pair["ranks"] == ranks and pair["kind"] == "across"]
+        rows.append(
+            {
+                "layer": layer,
+                "ranks": list(ranks),
+                "within_by_seed": [float(value) for value in within],
+                "within": mean_sd(within),
+                "across": {**distribution(across), "sd": mean_sd(across)["sd"], "pairs": len(across)},
+                "within_minus_across": float(np.mean(within) - np.mean(across)),
+            }
+        )
+    within = [mass[i] for i, pair in enumerate(pairs) if pair["kind"] == "within"]
+    across = [mass[i] for i, pair in enumerate(pairs) if pair["kind"] == "across"]
+    per_model = [
+        np.mean([mass[i] for i, pair in enumerate(pairs) if pair["kind"] == "within" and pair["models"][0] == model])
+        for model in range(models)
+    ]
+    summary = {
+        "layer": layer,
+        "within": {"mean": float(np.mean(within)), "sd_over_seeds": mean_sd(per_model)["sd"], "pairs": len(within)},
+        "across": {"mean": float(np.mean(across)), "sd_over_pairs": mean_sd(across)["sd"], "pairs": len(across)},
+        # Every pair of ranks has as many pairs within as the others, and across likewise, so this
+        # is also the mean over pairs of ranks of their differences.
+        "within_minus_across": float(np.mean(within) - np.mean(across)),
+    }
+    return rows, summary
+
+
+@torch.no_grad()
+def fair_null(
+    loaded: list[dict],
+    variant: str,
+    tokens: np.ndarray,
+    batch_size: int,
+    thresholds: tuple[float, ...],
+    max_unions: int,
+    sample_seed: int,
+) -> dict:
+    """A fair null for the coverage of the `variant`'s models (k heads each), built from those
+    models themselves: the union of k heads each from a different model, any head (cross-model),
+    or the head of each distance rank from a different model (rank-matched), at each threshold;
+    and the attention mass two heads share per query, pairs within one model against the same two
+    ranks from two different models. Needs at least k models of the variant. Counted exactly on
+    packed bit masks; a null of more than max_unions unions is a random sample of that many."""
+    members = [entry for entry in loaded if entry["variant"] == variant]
+    found = {"variant": variant, "seeds": [entry["seed"] for entry in members], "models": len(members)}
+    heads = members[0]["heads"] if members else 0
+    if any(entry["heads"] != heads for entry in members):
+        raise ValueError(f"fair_null: the models of variant {variant} differ in their number of heads")
+    if heads < 2 or len(members) < heads:
+        return {**found, "heads": heads, "available": False}
+    models = [entry["model"] for entry in members]
+    layers = models[0].config.n_layers
+    by_rank = [[heads_in_rank_order(entry["head_scores"], layer) for entry in members] for layer in range(layers)]
+    cross_total, rank_total = math.comb(len(members), heads) * heads**heads, math.perm(len(members), heads)
+    cross = np.array(
+        [cross_model_union(int(i), len(members), heads) for i in chosen_unions(cross_total, max_unions, sample_seed)]
+    )
+    ranked = [
+        np.array(
+            [rank_matched_union(int(i), by_rank[layer]) for i in chosen_unions(rank_total, max_unions, sample_seed)]
+        )
+        for layer in range(layers)
+    ]
+    own = np.arange(len(members) * heads).reshape(len(members), heads)
+    pairs = [overlap_pairs(by_rank[layer]) for layer in range(layers)]
+    covered = {
+        name: np.zeros((layers, len(thresholds), count))
+        for name, count in (("own", len(own)), ("cross_model", len(cross)), ("rank_matched", len(ranked[0])))
+    }
+    shared = np.zeros((layers, len(pairs[0])))
+    queries = 0
+    for weights in captured_windows(models, tokens, batch_size):
+        queries += weights[0][0].shape[0] * weights[0][0].shape[2]
+        for layer in range(layers):
+            rows = torch.cat([per_model[layer] for per_model in weights], dim=1)  # member m * heads + h
+            masks = packed_above(rows, thresholds)
+            for column in range(len(thresholds)):
+                covered["own"][layer, column] += union_counts(masks[column], own)
+                covered["cross_model"][layer, column] += union_counts(masks[column], cross)
+                covered["rank_matched"][layer, column] += union_counts(masks[column], ranked[layer])
+            for index, pair in enumerate(pairs[layer]):
+                first, second = pair["members"]
+                shared[layer, index] += torch.minimum(rows[:, first], rows[:, second]).sum(dtype=torch.float64).item()
+    coverage = {name: totals / queries for name, totals in covered.items()}
+    rows = [
+        {
+            "layer": layer,
+            "threshold": threshold,
+            "multi_covered": coverage["own"][layer, column].tolist(),
+            **{
+                name: against_fair_null(coverage["own"][layer, column], coverage[name][layer, column])
+                for name in ("cross_model", "rank_matched")
+            },
+        }
+        for layer in range(layers)
+        for column, threshold in enumerate(thresholds)
+    ]
+    overlap = [overlap_rows(pairs[layer], shared[layer] / queries, layer, len(members)) for layer in range(layers)]
+    return {
+        **found,
+        "heads": heads,
+        "available": True,
+        "cross_model_unions": {"counted": len(cross), "of": cross_total},
+        "rank_matched_unions": {"counted": len(ranked[0]), "of": rank_total},
+        "rows": rows,
+        "overlap": [row for rows_of_layer, _ in overlap for row in rows_of_layer],
+        "overlap_summary": [summary for _, summary in overlap],
     }
 
 

@@ -1,4 +1,5 @@
-"""The inspect stage's figures: attention maps of one sentence, and every head's scores."""
+"""The inspect stage's figures: attention maps of one sentence, every head's scores, and the
+spotlight measure against its nulls."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from headstudy.analysis.plotting import plain_log_y, plt, save_figure
+from headstudy.analysis.attention import distribution
+from headstudy.analysis.plotting import legend_below, plain_log_y, plt, save_figure
 
 
 def attention_maps(weights: np.ndarray, labels: list[str], titles: list[str], title: str, path: Path) -> Path:
@@ -106,3 +108,67 @@ def model_attention_maps(
             )
         )
     return drawn
+
+
+def null_box(axes, x: float, summary: dict, color: str, label: str | None) -> None:
+    """A null's distribution at x: a line over its range, a box over its quartiles, a tick at the median."""
+    axes.vlines(x, summary["min"], summary["max"], color=color, linewidth=1)
+    axes.bar(x, summary["q75"] - summary["q25"], 0.16, bottom=summary["q25"], color=color, alpha=0.35, label=label)
+    axes.hlines(summary["median"], x - 0.08, x + 0.08, color=color, linewidth=2)
+
+
+def seed_dots(axes, x: float, values: list[float], label: str | None) -> None:
+    """One dot per seed, spread a little sideways so that equal values stay visible."""
+    offsets = np.linspace(-0.05, 0.05, len(values)) if len(values) > 1 else [0.0]
+    axes.plot(np.add(x, offsets), values, "o", color="black", markersize=3.5, label=label)
+
+
+def spotlight_nulls(spotlight: dict, fair: list[dict], layer: int, path: Path) -> Path:
+    """A row per multi-head variant with a fair null. Left: at each threshold, each seed's
+    coverage (dots) against the three nulls (box: quartiles, line: range, tick: median): unions of
+    single heads, of heads from different models of the variant, and of one head per distance rank
+    from different models. Right: the attention mass two heads share, pairs within one model (a
+    dot per seed) against pairs of the same two ranks from different models (box)."""
+    single = {row["threshold"]: row for row in spotlight.get("rows", []) if row["layer"] == layer}
+    figure, axes = plt.subplots(len(fair), 2, figsize=(11, 3.6 * len(fair) + 0.6), squeeze=False)
+    for (coverage, overlap), variant in zip(axes, fair, strict=True):
+        rows = [row for row in variant["rows"] if row["layer"] == layer]
+        for x, row in enumerate(rows):
+            first = x == 0
+            seed_dots(coverage, x - 0.3, row["multi_covered"], "each seed's own heads" if first else None)
+            if row["threshold"] in single and single[row["threshold"]]["null_covered"]:
+                unions = distribution(single[row["threshold"]]["null_covered"])
+                null_box(coverage, x - 0.1, unions, "tab:gray", "single heads, 1-head models" if first else None)
+            null_box(
+                coverage, x + 0.1, row["cross_model"], "tab:blue", "any heads, different models" if first else None
+            )
+            null_box(
+                coverage,
+                x + 0.3,
+                row["rank_matched"],
+                "tab:orange",
+                "one per rank, different models" if first else None,
+            )
+        coverage.set_xticks(range(len(rows)), [f"{row['threshold']:g}" for row in rows])
+        coverage.set_xlabel("threshold of substantial weight")
+        coverage.set_ylabel("positions covered per query")
+        plain_log_y(coverage)
+        coverage.set_title(
+            f"Variant {variant['variant']}, layer {layer}: {variant['heads']} heads against unions of as many",
+            fontsize=10,
+        )
+        legend_below(coverage)
+        pairs = [row for row in variant["overlap"] if row["layer"] == layer]
+        for x, row in enumerate(pairs):
+            first = x == 0
+            seed_dots(overlap, x - 0.12, row["within_by_seed"], "within one model (a dot per seed)" if first else None)
+            null_box(overlap, x + 0.12, row["across"], "tab:blue", "same ranks, different models" if first else None)
+        overlap.set_xticks(range(len(pairs)), [f"{row['ranks'][0]} and {row['ranks'][1]}" for row in pairs])
+        overlap.set_xlabel("distance ranks of the two heads")
+        overlap.set_ylabel("attention mass shared per query")
+        overlap.set_ylim(bottom=0)
+        overlap.set_title(f"Variant {variant['variant']}, layer {layer}: what two heads share", fontsize=10)
+        legend_below(overlap)
+        for panel in (coverage, overlap):
+            panel.grid(True, axis="y", alpha=0.3)
+    return save_figure(figure, path)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headstudy.analysis.statistics import against_null
 from headstudy.analysis.wording import label
 
 POSITION_WORDS = {
@@ -107,16 +108,17 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
         f"single heads taken from independently trained single-head models ({' and '.join(members).lower()}, seeds "
         f"{', '.join(map(str, seeds))}: {n} models, {spotlight['null_unions']} unions), on the same test windows, "
         f"covers what {k} heads that each attend as a lone head does would cover. Several heads covering more than one "
-        f"head is expected by that alone; a division of labour shows only as coverage beyond this null. The single "
-        f"heads are wider than the heads of a multi-head model, so the null is a guide, not an exact match."
+        f"head is expected by that alone. This is the weaker null: its members are wider than the heads of a "
+        f"multi-head model and each trained alone, and lone heads tend to learn alike, so coverage beyond it shows "
+        f"that a model's heads differ from each other, not that they divide the work."
     ]
     for layer in sorted({r["layer"] for r in spotlight["rows"]}):
         rows = [r for r in spotlight["rows"] if r["layer"] == layer]
         main = min(rows, key=lambda r: abs(r["threshold"] - substantial))
         words = POSITION_WORDS[main["position"]].format(k=k, n=n)
         consequence = {
-            "above": "so the heads of one model spread their weight over more places than independent heads "
-            "would: this measure supports the spotlight picture",
+            "above": "so the heads of one model differ from each other more than independent single heads do; "
+            "against this weaker null that is all the measure shows",
             "within": "so the heads look at more places than one head only as much as unrelated heads would: "
             "this measure gives no evidence that they divide the work",
             "below": "so the heads of one model overlap more than independent heads do: the spotlight picture "
@@ -135,6 +137,263 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
             f"{rows[0]['threshold']:g} to {rows[-1]['threshold']:g}: {sweep}."
         )
     return sentences
+
+
+FAIR_POSITION_WORDS = {
+    "above": "more than every one",
+    "within": "within their range",
+    "below": "fewer than every one",
+}
+
+
+def null_range(summary: dict) -> str:
+    return f"{summary['min']:.2f}–{summary['max']:.2f}, median {summary['median']:.2f}"
+
+
+def main_threshold(rows: list[dict], substantial: float) -> dict:
+    """The row at the study's own threshold of substantial weight (or the nearest)."""
+    return min(rows, key=lambda r: abs(r["threshold"] - substantial))
+
+
+def union_counting(fair: dict, name) -> str:
+    """How many unions each null counted, and whether every union or a seeded sample."""
+    counts = [
+        f"{name(v['variant'])}: {v['models']} models (seeds {', '.join(map(str, v['seeds']))}), "
+        f"{v['cross_model_unions']['counted']:,} cross-model unions of {v['cross_model_unions']['of']:,} and "
+        f"{v['rank_matched_unions']['counted']:,} rank-matched unions of {v['rank_matched_unions']['of']:,}"
+        for v in fair["variants"]
+        if v["available"]
+    ]
+    sampled = any(
+        v["cross_model_unions"]["counted"] < v["cross_model_unions"]["of"]
+        or v["rank_matched_unions"]["counted"] < v["rank_matched_unions"]["of"]
+        for v in fair["variants"]
+        if v["available"]
+    )
+    how = (
+        f"A null of more than {fair['max_unions']:,} unions is a random sample of {fair['max_unions']:,} of them, "
+        f"drawn with seed {fair['sample_seed']} (conf/inspect's spotlight.fair_null); each union is counted exactly"
+        if sampled
+        else "Every union is counted, exactly"
+    )
+    return (
+        f"{'; '.join(counts)}. {how}: each head's cells (window, query, position) above the threshold are packed "
+        "into bit masks, a union is their bitwise OR and its coverage the number of bits set."
+    )
+
+
+def fair_null_intro(fair: dict, name) -> str:
+    k = next((v["heads"] for v in fair["variants"] if v["available"]), 4)
+    return (
+        f"A fairer null, built from the multi-head models themselves (docs/compute-plan.md, fifth session). "
+        f"Cross-model unions take {k} heads, each from a different model of the same variant, any head: heads of "
+        f"the same width, trained in the same kind of model, that never trained together. Rank-matched unions take "
+        f"the head of each distance rank (0 to {k - 1}) from a different model, so that every union holds one head of "
+        f"each rank, as a model does. {union_counting(fair, name)} Beside them, the pairwise overlap: the attention "
+        "mass two heads share per query (the sum over positions of the smaller of their two weights, mean over query "
+        "positions; 0 for heads that never look at the same place, 1 for identical heads), for pairs of heads within "
+        "one model against pairs of the same two ranks taken from two different models."
+    )
+
+
+def cross_model_words(row: dict, seeds: int) -> str:
+    cross = row["cross_model"]
+    if cross["position"] == "above":
+        return (
+            "the heads of one model repeat a role less often than heads of the same kind picked from different models"
+        )
+    if cross["seeds_above_median"] == seeds:
+        return (
+            "the heads of one model cover more than most unions of heads picked from different models, which often "
+            "repeat a role, but not more than every one"
+        )
+    if cross["position"] == "below":
+        return "heads picked from different models cover more than a model's own heads"
+    return "heads picked from different models cover about as much as a model's own heads"
+
+
+RANK_MATCHED_WORDS = {
+    "within": "swapping in another seed's head of the same rank covers about as much. So this measure shows that the "
+    "heads of a model differ (a set of different distances, much the same in every seed), not that they coordinate "
+    "or divide the work",
+    "above": "the heads of one model cover more than heads of the same ranks from other seeds, so what they cover "
+    "depends on the heads having trained together, beyond each head's distance rank; that is as far as this measure "
+    "goes",
+    "below": "the heads of one model overlap more than heads of those ranks trained apart",
+}
+
+
+def single_null_words(variant: dict, row: dict, spotlight: dict) -> str:
+    """Where a variant stands against the unions of single heads (the same null for any variant
+    with as many heads), or nothing when that null is not at hand."""
+    single = [
+        r
+        for r in spotlight.get("rows", [])
+        if (r["layer"], r["threshold"]) == (row["layer"], row["threshold"]) and spotlight["heads"] == variant["heads"]
+    ]
+    if not single:
+        return ""
+    position = against_null(row["multi_covered"], single[0]["null_covered"], complete=spotlight["complete"])
+    words = POSITION_WORDS[position].format(k=spotlight["heads"], n=len(spotlight["singles"]))
+    return f" That is {words} ({spread(single[0]['null_covered'])}, the weaker null)."
+
+
+def sweep_words(rows: list[dict], key: str) -> str:
+    by_position: dict[str, list[str]] = {}
+    for r in rows:
+        by_position.setdefault(r[key]["position"], []).append(f"{r['threshold']:g}")
+    return "; ".join(f"{position} at {', '.join(thresholds)}" for position, thresholds in by_position.items())
+
+
+def overlap_sentence(variant: dict, layer: int, margin: float, name) -> str:
+    summary = next(s for s in variant["overlap_summary"] if s["layer"] == layer)
+    difference = summary["within_minus_across"]
+    if difference < -margin:
+        reading = (
+            f"heads of one model share less than heads of the same ranks trained apart, by more than {margin:g}: a "
+            "sign that training together pushes them apart"
+        )
+    elif difference > margin:
+        reading = f"heads of one model share more than heads of the same ranks trained apart, by more than {margin:g}"
+    else:
+        reading = f"within {margin:g} of each other: no sign that training together pushes the heads apart"
+    return (
+        f"Pairwise overlap, {name(variant['variant'])}, layer {layer}: pairs of heads within one model share "
+        f"{summary['within']['mean']:.3f} of a query's attention (sd {summary['within']['sd_over_seeds']:.3f} over "
+        f"seeds), pairs of the same two ranks from different models {summary['across']['mean']:.3f} (sd "
+        f"{summary['across']['sd_over_pairs']:.3f} over {summary['across']['pairs']} pairs); within minus across "
+        f"{difference:+.3f}: {reading}."
+    )
+
+
+def fair_null_sentences(variant: dict, spotlight: dict, substantial: float, margin: float, name) -> list[str]:
+    """What the fair null shows for one variant, in words that follow it: more than independent
+    single heads (the weaker null), then against heads of the same kind from other models, then
+    against a rank-matched set from other seeds, which alone decides what may be said."""
+    multi, seeds = name(variant["variant"]), variant["models"]
+    sentences = []
+    for layer in sorted({r["layer"] for r in variant["rows"]}):
+        rows = [r for r in variant["rows"] if r["layer"] == layer]
+        main = main_threshold(rows, substantial)
+        cross, ranked = main["cross_model"], main["rank_matched"]
+        sentences.append(
+            f"{multi}, layer {layer}, threshold {main['threshold']:g}: they cover "
+            f"{', '.join(f'{c:.2f}' for c in main['multi_covered'])} positions per query (one value per seed)."
+            f"{single_null_words(variant, main, spotlight)} Against unions of {variant['heads']} heads from "
+            f"{variant['heads']} different models of the variant ({null_range(cross)}): "
+            f"{FAIR_POSITION_WORDS[cross['position']]}, above the median in {cross['seeds_above_median']} of {seeds} "
+            f"seeds: {cross_model_words(main, seeds)}. Against rank-matched unions ({null_range(ranked)}): "
+            f"{FAIR_POSITION_WORDS[ranked['position']]}: {RANK_MATCHED_WORDS[ranked['position']]}. Over the "
+            f"thresholds {rows[0]['threshold']:g} to {rows[-1]['threshold']:g}, across models: "
+            f"{sweep_words(rows, 'cross_model')}; rank-matched: {sweep_words(rows, 'rank_matched')}."
+        )
+        sentences.append(overlap_sentence(variant, layer, margin, name))
+    return sentences
+
+
+def prediction_sentences(variant: dict, substantial: float, margin: float, name) -> list[str]:
+    """The fair null's three predictions (docs/compute-plan.md, fifth session, committed before
+    the models were trained), for the predicted variant at the study's threshold in layer 0,
+    each said to hold or not."""
+    main = main_threshold([r for r in variant["rows"] if r["layer"] == 0], substantial)
+    seeds, above_median = variant["models"], main["cross_model"]["seeds_above_median"]
+    difference = next(s for s in variant["overlap_summary"] if s["layer"] == 0)["within_minus_across"]
+    held = {True: "held", False: "did not hold"}
+    return [
+        f"The fair null's predictions, committed before the study's models were trained (docs/compute-plan.md, fifth "
+        f"session), for {name(variant['variant'])} at threshold {main['threshold']:g}, layer 0:",
+        f"1. More positions than the median cross-model union: {held[above_median == seeds]} (in {above_median} of "
+        f"{seeds} seeds).",
+        f"2. Within the range of the rank-matched unions: {held[main['rank_matched']['position'] == 'within']} "
+        f"({main['rank_matched']['position']}).",
+        f"3. Pairs within a model share less attention than pairs of the same two ranks from different models by "
+        f"less than {margin:g}: {held[difference > -margin]} (within minus across {difference:+.3f}).",
+    ]
+
+
+def fair_null_table(variant: dict, name) -> pd.DataFrame:
+    rows = variant["rows"]
+    return pd.DataFrame(
+        {
+            "Layer": [str(r["layer"]) for r in rows],
+            "Threshold": [f"{r['threshold']:g}" for r in rows],
+            f"{name(variant['variant'])}, per seed": [", ".join(f"{c:.2f}" for c in r["multi_covered"]) for r in rows],
+            "Heads from different models": [null_range(r["cross_model"]) for r in rows],
+            "Position": [r["cross_model"]["position"] for r in rows],
+            "One head per rank, different models": [null_range(r["rank_matched"]) for r in rows],
+            "Position, rank-matched": [r["rank_matched"]["position"] for r in rows],
+        }
+    )
+
+
+def overlap_table(variant: dict) -> pd.DataFrame:
+    rows = variant["overlap"]
+    return pd.DataFrame(
+        {
+            "Layer": [str(r["layer"]) for r in rows],
+            "Ranks": [f"{r['ranks'][0]} and {r['ranks'][1]}" for r in rows],
+            "Within one model, per seed": [", ".join(f"{v:.3f}" for v in r["within_by_seed"]) for r in rows],
+            "Within: mean ± sd": [f"{r['within']['mean']:.3f} ± {r['within']['sd']:.3f}" for r in rows],
+            "Same ranks, different models: mean ± sd": [
+                f"{r['across']['mean']:.3f} ± {r['across']['sd']:.3f}" for r in rows
+            ],
+            "Range over pairs": [f"{r['across']['min']:.3f}–{r['across']['max']:.3f}" for r in rows],
+            "Within − across": [f"{r['within_minus_across']:+.3f}" for r in rows],
+        }
+    )
+
+
+def fair_null_blocks(heads: dict, name) -> list:
+    """The fair null's part of "Several spotlights?": what it is, per variant its sentences and
+    tables, the predictions for the predicted variant, and the figure."""
+    fair = heads.get("fair_null") or {}
+    variants = fair.get("variants", [])
+    if not variants:
+        return []
+    substantial, margin = heads["substantial_weight"], fair["overlap_margin"]
+    spotlight = heads.get("spotlight") or {}
+    blocks: list = [("text", fair_null_intro(fair, name))] if any(v["available"] for v in variants) else []
+    for variant in variants:
+        if not variant["available"]:
+            why = (
+                f"a union takes each of its {variant['heads']} heads from a different model of the variant, and the "
+                f"study has {variant['models']}"
+                if variant["models"]
+                else "the study has no model of it (conf/inspect's spotlight.multi)"
+            )
+            blocks.append(("text", f"No fair null for {name(variant['variant'])}: {why}."))
+            continue
+        exploratory = "" if variant["variant"] == fair["predicted"] else " (exploratory: nothing was predicted for it)"
+        blocks.append(
+            (
+                "text",
+                f"{name(variant['variant'])}{exploratory}: positions covered per query at every threshold, against "
+                "the two fair nulls (the range of their unions, and its median):",
+            )
+        )
+        blocks.append(("table", fair_null_table(variant, name)))
+        blocks += [
+            ("text", sentence) for sentence in fair_null_sentences(variant, spotlight, substantial, margin, name)
+        ]
+        blocks.append(("table", overlap_table(variant)))
+        if variant["variant"] == fair["predicted"]:
+            blocks += [("text", sentence) for sentence in prediction_sentences(variant, substantial, margin, name)]
+    for path in heads.get("figures", {}).get("spotlight_nulls", []):
+        blocks.append(
+            (
+                "figure",
+                (
+                    Path(path),
+                    "The spotlight measure against its three nulls, a row per multi-head variant. Left: at each "
+                    "threshold, positions covered per query by each seed's own heads (dots) and by unions of as many "
+                    "heads (box: quartiles, line: range, tick: median): single heads of 1-head models (grey, the "
+                    "weaker null), any heads of different models of the variant (blue), one head of each distance "
+                    "rank from different models (orange). Right: the attention mass two heads share per query, pairs "
+                    "within one model (a dot per seed) against pairs of the same two ranks from different models.",
+                ),
+            )
+        )
+    return blocks
 
 
 def attention_map_caption(path: Path, labels: dict) -> str:
@@ -209,6 +468,7 @@ def heads_blocks(heads: dict, labels: dict) -> list:
                 "spotlight.multi variant, or no single-head model.",
             )
         )
+    blocks += fair_null_blocks(heads, name)
     blocks += [
         (
             "text",
