@@ -107,7 +107,7 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
         f"A null for this measure: {k} heads that share nothing but the data. The union of {spotlight['null_heads']} "
         f"single heads taken from independently trained single-head models ({' and '.join(members).lower()}, seeds "
         f"{', '.join(map(str, seeds))}: {n} models, {spotlight['null_unions']} unions), on the same test windows, "
-        f"covers what {k} heads that each attend as a lone head does would cover. Several heads covering more than one "
+        f"covers what {k} heads would cover if each attended as a lone head does. Several heads covering more than one "
         f"head is expected by that alone. This is the weaker null: its members are wider than the heads of a "
         f"multi-head model and each trained alone, and lone heads tend to learn alike, so coverage beyond it shows "
         f"that a model's heads differ from each other, not that they divide the work."
@@ -403,7 +403,7 @@ def attention_map_caption(path: Path, labels: dict) -> str:
         return f"Attention map {path.stem.replace('_', ' ')}."
     variant, layer = found.groups()
     return (
-        f"{label(variant, labels)}, layer {int(layer) + 1}: each head's attention on the sentence, a row per "
+        f"{label(variant, labels)}, layer {int(layer)}: each head's attention on the sentence, a row per "
         "query token, a column per token it attends to."
     )
 
