@@ -24,6 +24,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
+from headstudy.settings.training import training_settings
 from headstudy.weights.model import MLP, CausalSelfAttention, Decoder, next_token_loss
 from headstudy.weights.training import LanguageModelModule, TrainingBatches
 
@@ -57,7 +58,7 @@ def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
     torch.manual_seed(config.seed)
     model = Decoder(model_config(config))
     label_parts(model)
-    setup = LanguageModelModule(model, config.optimizer, warmup + steps).configure_optimizers()
+    setup = LanguageModelModule(model, training_settings(config).optimizer, warmup + steps).configure_optimizers()
     optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]
     batches = TrainingBatches(
         load_tokens(Path(config.paths.prepared), "train"), config.data.batch_size, config.model.context, config.seed

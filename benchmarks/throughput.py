@@ -41,6 +41,7 @@ from headstudy.bookkeeping.progress import StepProgressBar, Throughput
 from headstudy.bookkeeping.provenance import cpu_info
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
+from headstudy.settings.training import training_settings
 from headstudy.weights.model import Decoder, next_token_loss
 from headstudy.weights.training import (
     LanguageModelModule,
@@ -130,7 +131,7 @@ def plain_loop(config, steps: int, warmup: int) -> float:
     model = Decoder(model_config(config)).to(device)
     if config.trainer.compile:
         model.compile()
-    setup = LanguageModelModule(model, config.optimizer, steps).configure_optimizers()
+    setup = LanguageModelModule(model, training_settings(config).optimizer, steps).configure_optimizers()
     optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]
     batches = TrainingBatches(
         load_tokens(Path(config.paths.prepared), "train"), config.data.batch_size, config.model.context, config.seed
@@ -175,7 +176,8 @@ def stage_trainer(config, steps: int, warmup: int) -> float:
     from headstudy.bookkeeping import tracking
 
     torch.manual_seed(config.seed)
-    module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, steps, config.trainer.compile)
+    settings = training_settings(config)
+    module = LanguageModelModule(Decoder(settings.model), settings.optimizer, steps, settings.trainer.compile)
     datamodule = TokenDataModule(
         load_tokens(config.paths.prepared, "train"),
         load_tokens(config.paths.prepared, "valid"),
@@ -185,7 +187,7 @@ def stage_trainer(config, steps: int, warmup: int) -> float:
         config.trainer.val_every_steps,
     )
     throughput, clock = Throughput(config.data.batch_size * config.model.context), StepClock(warmup, device_of(config))
-    trainer = build_trainer(config, [throughput, StepProgressBar(throughput), clock])
+    trainer = build_trainer(training_settings(config).trainer, [throughput, StepProgressBar(throughput), clock])
     trainer.logger = tracking.training_logger(None, "throughput-benchmark")
     trainer.fit(module, datamodule=datamodule)
     return (steps - warmup) * config.data.batch_size * config.model.context / clock.elapsed

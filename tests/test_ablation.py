@@ -26,10 +26,11 @@ from headstudy.analysis.clues import score_queries
 from headstudy.common.errors import ConfigError
 from headstudy.formats.prepared import load_tokens
 from headstudy.formats.queries import load_queries, load_task
-from headstudy.formats.trained import data_record, training_record, write_model
+from headstudy.formats.trained import data_record, settings_text, training_record
 from headstudy.settings.compose import compose_config, model_config, stage_config
 from headstudy.tasks.multiclue import Layout
 from headstudy.weights.model import Decoder, ModelConfig
+from headstudy.weights.saved import write_model
 
 # k = 2 clues of 3 values: 9 answer tokens, digit chance 1/3.
 CLUES, VALUES = 2, 3
@@ -150,7 +151,12 @@ def test_ablate_writes_each_heads_effect_on_each_digit(tmp_path, monkeypatch):
     torch.manual_seed(0)
     model = Decoder(model_config(config)).eval()
     prepared = tmp_path / "prepared"
-    write_model(tmp_path / "models" / config.name, model, config, training_record(config, model, data_record(prepared)))
+    write_model(
+        tmp_path / "models" / config.name,
+        model,
+        settings_text(config),
+        training_record(config, model, data_record(prepared)),
+    )
 
     result = headstudy(tmp_path, "ablate", *TASK, *MODEL, *folders)
     assert result.returncode == 0, result.stderr

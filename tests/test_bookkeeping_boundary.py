@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from headstudy.bookkeeping import tracking
+from headstudy.bookkeeping import store
 from headstudy.configure import resolve
 from headstudy.settings.compose import read_params
 
@@ -103,8 +103,8 @@ def test_the_check_finds_each_way_of_reading_a_constant(tmp_path):
 
 def test_the_report_names_the_experiment_that_tracking_logs_to(monkeypatch):
     conf = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
-    assert conf["tracking"]["experiment"] == tracking.EXPERIMENT
+    assert conf["tracking"]["experiment"] == store.EXPERIMENT
     monkeypatch.chdir(ROOT)
     files = resolve(read_params(ROOT / "params.yaml", required=True))
-    assert files["report.yaml"].tracking.experiment == tracking.EXPERIMENT
+    assert files["report.yaml"].tracking.experiment == store.EXPERIMENT
     assert all("tracking" not in config for name, config in files.items() if name != "report.yaml")

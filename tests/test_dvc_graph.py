@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import yaml
 from conftest import ROOT
 
 from headstudy.cli import STAGES
-from headstudy.common.code import fingerprint_text, imported_names, module_fingerprint, stage_code
+from headstudy.common.code import fingerprint_text, imported_names, reached_definitions, stage_entry
 from headstudy.fingerprint import COMMANDS
 
 SOURCE = ROOT / "src"
@@ -83,29 +84,102 @@ def test_stage_reads_config_only_through_its_file_in_configs(dvc_file, name, sta
     assert config_file in deps, f"stage {name} reads {config_file} but does not depend on it"
 
 
-def test_the_code_of_a_stage_leaves_out_bookkeeping_and_the_entry_point():
-    train = stage_code("train")
-    assert PACKAGE / "train.py" in train and PACKAGE / "weights" / "model.py" in train
-    assert not [path for path in train if "bookkeeping" in path.parts or path.name == "cli.py"]
-    assert PACKAGE / "bookkeeping" / "tracking.py" not in stage_code("report")
+def reached(command: str) -> set[str]:
+    return {".".join(target[1:3]) for target in reached_definitions(stage_entry(command)) if target[0] == "definition"}
+
+
+def test_the_code_of_a_stage_is_what_it_reaches_without_bookkeeping():
+    train = reached("train")
+    assert {
+        "headstudy.train.main",
+        "headstudy.weights.model.Decoder",
+        "headstudy.weights.recipe.prepare_training",
+    } <= train
+    assert not [name for name in train if name.startswith(("headstudy.bookkeeping", "headstudy.cli"))]
+    # Readers in modules that train imports, which train never calls:
+    assert not {"headstudy.formats.trained.load_trained", "headstudy.formats.trained.check_saved_config"} & train
+    assert "headstudy.bookkeeping.tracking.log_model" not in reached("report")
 
 
 def test_the_walk_sees_imports_inside_functions():
     """reproduce imports train and evaluate only inside a function."""
-    files = stage_code("reproduce")
-    assert PACKAGE / "train.py" in files and PACKAGE / "evaluate.py" in files
-    assert PACKAGE / "weights" / "training.py" in files
+    assert {"headstudy.train.train", "headstudy.evaluate.evaluate"} <= reached("reproduce")
 
 
-def test_a_module_fingerprint_ignores_docstrings_comments_and_layout_but_not_code(tmp_path):
-    original = tmp_path / "original.py"
-    original.write_text('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x * 2  # double\n')
-    cosmetic = tmp_path / "cosmetic.py"
-    cosmetic.write_text('"""Other words."""\n\n\ndef f( x ):\n    # a comment\n    return (x*2)\n')
-    changed = tmp_path / "changed.py"
-    changed.write_text('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x * 3\n')
-    assert module_fingerprint(original) == module_fingerprint(cosmetic)
-    assert module_fingerprint(original) != module_fingerprint(changed)
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in {"headstudy/__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+STAGE = """\"\"\"A stage.\"\"\"
+from headstudy.maths import double
+
+
+def main(config):
+    \"\"\"Doc.\"\"\"
+    return double(config)
+"""
+MATHS = '"""Maths."""\nSCALE = 2\n\n\ndef double(x):\n    return x * SCALE\n\n\ndef unused(x):\n    return x\n'
+
+
+ARITH = "from headstudy.lib.constants import FACTOR\n\n\ndef twice(x):\n    return x*FACTOR\n"
+
+
+def test_a_fingerprint_ignores_layout_moves_renames_and_unreached_code_but_not_arithmetic(tmp_path):
+    original = write_package(tmp_path / "original", {"headstudy/stage.py": STAGE, "headstudy/maths.py": MATHS})
+    cosmetic = write_package(
+        tmp_path / "cosmetic",
+        {
+            "headstudy/stage.py": STAGE.replace("Doc.", "Other words.").replace(
+                "double(config)", "double( config )  # why"
+            ),
+            "headstudy/maths.py": MATHS.replace("def unused(x):\n    return x", "def unused(x):\n    return -x"),
+        },
+    )
+    moved = write_package(  # double renamed and moved into a subpackage; SCALE beside it; a re-export on the way
+        tmp_path / "moved",
+        {
+            "headstudy/stage.py": STAGE.replace(
+                "from headstudy.maths import double", "from headstudy import lib"
+            ).replace("double(config)", "lib.twice(config)"),
+            "headstudy/lib/__init__.py": "from headstudy.lib.arith import twice\n",
+            "headstudy/lib/arith.py": ARITH,
+            "headstudy/lib/constants.py": "FACTOR = 2\n",
+        },
+    )
+    changed = write_package(
+        tmp_path / "changed",
+        {"headstudy/stage.py": STAGE, "headstudy/maths.py": MATHS.replace("SCALE = 2", "SCALE = 3")},
+    )
+    text = {tree.name: fingerprint_text("stage", tree) for tree in (original, cosmetic, moved, changed)}
+    assert text["original"] == text["cosmetic"] == text["moved"]
+    assert text["changed"] != text["original"]
+
+
+def test_moving_train_into_another_folder_changes_no_fingerprint(tmp_path):
+    """train.py moved into a package of its own (its one importer, reproduce.py, follows)."""
+    source = tmp_path / "src"
+    shutil.copytree(SOURCE / "headstudy", source / "headstudy", ignore=shutil.ignore_patterns("__pycache__"))
+    (source / "headstudy/stages").mkdir()
+    (source / "headstudy/stages/__init__.py").write_text('"""The stages."""\n')
+    (source / "headstudy/train.py").rename(source / "headstudy/stages/train.py")
+    reproduce = source / "headstudy/reproduce.py"
+    assert "from headstudy.train import train" in reproduce.read_text()
+    reproduce.write_text(
+        reproduce.read_text().replace("from headstudy.train import", "from headstudy.stages.train import")
+    )
+    assert fingerprint_text("train", source, entry=("headstudy.stages.train", "main")) == fingerprint_text("train")
+    for command in COMMANDS:
+        if command != "train":
+            assert fingerprint_text(command, source) == fingerprint_text(command), command
+
+
+def test_a_name_bound_in_a_function_is_not_the_definition_of_the_same_name(tmp_path):
+    stage = "from headstudy.maths import double\n\n\ndef main(config):\n    double = 3\n    return double\n"
+    tree = write_package(tmp_path / "shadow", {"headstudy/stage.py": stage, "headstudy/maths.py": MATHS})
+    assert [target[2] for target in reached_definitions(("headstudy.stage", "main"), tree)] == ["main"]
 
 
 def test_weights_code_imports_only_common_and_itself():

@@ -7,7 +7,7 @@ sidebar's GenAI / Model training switch: the URL's `workflowType`, else what thi
 chose there (localStorage `mlflow.workflowType_v1`), else GenAI. It does not read the
 experiment's `mlflow.experimentKind` tag for that, and no tag or server setting changes it. So
 the experiments list's link (`#/experiments/ID`, no workflowType) opens a first-time reader's
-browser on the GenAI overview, and the address the project prints (tracking.ui_url(), README's
+browser on the GenAI overview, and the address the project prints (store.ui_url(), README's
 link) is the way into the runs table."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from browser import chromium, run_chromium
 from conftest import served_mlflow
 from mlflow.entities import Metric, Param, RunStatus
 
-from headstudy.bookkeeping import store, tracking
+from headstudy.bookkeeping import store
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +38,13 @@ def ui(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
         patch.setenv("MLFLOW_TRACKING_URI", uri)
-        client, experiment = tracking.client(), tracking.experiment_id()
+        client, experiment = store.client(), store.experiment_id()
         run = client.create_run(experiment, run_name=RUN_NAME).info.run_id
         client.log_batch(
             run, metrics=[Metric("test/ppl", 42.5, 0, 0)], params=[Param("variant", "1"), Param("seed", "0")]
         )
         client.set_terminated(run, RunStatus.to_string(RunStatus.FINISHED))
-        readme_link = tracking.ui_url()
+        readme_link = store.ui_url()
         kind = client.get_experiment(experiment).tags.get("mlflow.experimentKind")
     with served_mlflow(uri, folder / "server.log") as url:
         yield SimpleNamespace(
@@ -88,7 +88,7 @@ def test_the_experiments_list_opens_the_genai_overview_so_the_readme_links_the_r
     # The experiment says it is model training; the 3.17 UI does not use that to pick the view.
     assert ui.kind == "custom_model_development"
     listing = rendered(f"{ui.url}/#/experiments")
-    link = experiment_link(listing, tracking.EXPERIMENT)
+    link = experiment_link(listing, store.EXPERIMENT)
     assert link == f"#/experiments/{ui.experiment}", link  # nothing in the link says which view
 
     opened = seen(rendered(f"{ui.url}/{link}"), ui.experiment)

@@ -6,7 +6,7 @@ import torch
 from headstudy.common.errors import ConfigError
 from headstudy.count import count
 from headstudy.settings.compose import compose_config, model_config
-from headstudy.weights.model import Decoder, weights_sha256
+from headstudy.weights.model import Decoder, ModelConfig, next_token_loss, weights_sha256
 
 
 @pytest.mark.parametrize("heads, expected", [(1, 328_704), (4, 345_216)])
@@ -95,3 +95,48 @@ def test_fused_attention_of_training_agrees_with_the_explicit_attention_of_inspe
         explicit = model(tokens)
     assert model.blocks[0].attention.captured_weights is not None  # the explicit path ran
     assert torch.allclose(fused, explicit, rtol=0, atol=1e-6), (fused - explicit).abs().max()
+
+
+def train_a_few_steps(config: ModelConfig, steps: int = 20) -> tuple[Decoder, list[float]]:
+    torch.manual_seed(0)
+    model = Decoder(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    tokens = torch.randint(0, config.vocab_size, (8, config.context + 1), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(steps):
+        loss = next_token_loss(model(tokens[:, :-1]), tokens[:, 1:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return model, losses
+
+
+TINY = {"vocab_size": 300, "context": 16, "width": 32, "n_layers": 1, "mlp_hidden": 64}
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_qk_norm_trains_and_changes_the_weights_while_off_is_the_model_without_it(heads):
+    plain, plain_losses = train_a_few_steps(ModelConfig(**TINY, n_heads=heads))
+    off, _ = train_a_few_steps(ModelConfig(**TINY, n_heads=heads, qk_norm=False))
+    normed, normed_losses = train_a_few_steps(ModelConfig(**TINY, n_heads=heads, qk_norm=True))
+    assert weights_sha256(off) == weights_sha256(plain)
+    assert normed_losses[-1] < normed_losses[0]
+    assert {"blocks.0.attention.query_norm.weight", "blocks.0.attention.key_norm.weight"} <= set(normed.state_dict())
+    plain_weights = plain.state_dict()
+    shared = [name for name in plain_weights if not torch.equal(plain_weights[name], normed.state_dict()[name])]
+    assert "blocks.0.attention.query_key_value.weight" in shared
+    assert normed_losses != plain_losses
+
+
+def test_a_model_saved_without_qk_norm_records_no_such_setting():
+    assert "qk_norm" not in ModelConfig(**TINY, n_heads=4).saved()
+    assert ModelConfig(**TINY, n_heads=4, qk_norm=True).saved()["qk_norm"] is True
+    assert ModelConfig(**ModelConfig(**TINY, n_heads=4).saved()) == ModelConfig(**TINY, n_heads=4)
+
+
+def test_qk_norm_is_set_like_any_model_key_and_checked(in_project):
+    assert compose_config(["model.qk_norm=true"]).model.qk_norm is True
+    assert "qk_norm" not in compose_config([]).model
+    with pytest.raises(ConfigError, match=r"model\.qk_norm must be true or false, got 'yes please'"):
+        compose_config(["model.qk_norm='yes please'"])

@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import headstudy_environment, served_mlflow
 from mlflow.tracking import MlflowClient
@@ -19,7 +20,7 @@ from headstudy.bookkeeping.jobs import cores
 from headstudy.common.errors import ConfigError
 from headstudy.count import count
 from headstudy.settings.compose import compose_config
-from headstudy.weights.training import build_trainer
+from headstudy.settings.training import start_training
 
 
 def decoder_parameters(vocab: int, context: int, width: int, layers: int, mlp: int) -> int:
@@ -48,10 +49,13 @@ def test_width768_with_gpt2_vocabulary_has_gpt2_small_size(in_project):
     assert count(["model=width768", "data.vocab_size=50257"])["params"] == 124_392_960
 
 
+NO_TOKENS = np.zeros(0, dtype=np.uint16)  # refused before any batch is drawn
+
+
 def test_batch_that_does_not_split_evenly_among_processes_is_refused(in_project):
     config = compose_config(["data.batch_size=7", "trainer.devices=2", "trainer.strategy=ddp"])
     with pytest.raises(ConfigError, match=r"data\.batch_size=7 must be divisible by .* = 2 processes"):
-        build_trainer(config, [])
+        start_training(config, NO_TOKENS, NO_TOKENS, [])
 
 
 @pytest.mark.parametrize("override", ["trainer.accelerator=abacus", "trainer.precision=7-bit"])
@@ -59,7 +63,7 @@ def test_bad_trainer_choice_is_a_one_line_error_naming_the_trainer_keys(in_proje
     with pytest.raises(
         ConfigError, match=r"trainer\.accelerator=\w+, trainer\.devices=1, .*trainer\.precision="
     ) as error:
-        build_trainer(compose_config([override]), [])
+        start_training(compose_config([override]), NO_TOKENS, NO_TOKENS, [])
     assert override in str(error.value) and "\n" not in str(error.value)
 
 

@@ -14,8 +14,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 from tinyproject import SMALL_CORPUS, commit, environment, make_project, ran_stages, run
 
-from headstudy.bookkeeping import tracking
-
 pytestmark = pytest.mark.slow
 
 TINY = {
@@ -76,7 +74,7 @@ def sweep(tmp_path_factory) -> dict:
         # a busy machine can hold for minutes. Artifacts beside it, in no clone.
         patch.chdir(tmp_path)
         patch.setenv("MLFLOW_TRACKING_URI", store)
-        tracking.check_store()
+        store.check_store()
 
     machines = {part: clone(git_remote, tmp_path / part) for part in PARTS}
     gatherer = clone(git_remote, tmp_path / "gatherer")

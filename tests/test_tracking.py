@@ -27,7 +27,7 @@ from tinyproject import set_threads
 
 from headstudy.analysis.headline import report_metrics
 from headstudy.analysis.statistics import paired_difference
-from headstudy.bookkeeping import dashboard, tracking
+from headstudy.bookkeeping import dashboard, store, tracking
 from headstudy.formats.trained import load_model
 
 pytestmark = pytest.mark.slow
@@ -148,9 +148,9 @@ def test_a_report_made_by_hand_logs_to_the_by_hand_experiment_not_the_studies(tm
 
     mlflow_client = mlflow.tracking.MlflowClient(uri)
     run = mlflow_client.get_run(run_id)
-    assert mlflow_client.get_experiment(run.info.experiment_id).name == tracking.BY_HAND_EXPERIMENT
+    assert mlflow_client.get_experiment(run.info.experiment_id).name == store.BY_HAND_EXPERIMENT
     assert run.data.metrics["test_ppl/4"] == 30.0 and run.info.status == "FINISHED"
-    studies = mlflow_client.get_experiment_by_name(tracking.EXPERIMENT)
+    studies = mlflow_client.get_experiment_by_name(store.EXPERIMENT)
     assert studies is None or not mlflow_client.search_runs([studies.experiment_id])
 
 
@@ -317,7 +317,7 @@ def test_dvc_plots_show_every_variant_of_the_study_and_need_no_network(tmp_path)
 
 def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_them(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow_client, experiment_id = tracking.client(), tracking.experiment_id()
+    mlflow_client, experiment_id = store.client(), store.experiment_id()
     dashboard.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])
     dashboard.save_results_view(mlflow_client, experiment_id, ["compare/8_vs_4/relative"])
     dashboard.save_results_view(mlflow_client, experiment_id, ["compare/4_vs_1/relative"])  # the first study again
@@ -333,7 +333,7 @@ def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_
 
 def test_the_dashboard_leads_with_test_perplexity_and_the_comparisons_cis_grouped_by_variant(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow_client, experiment_id = tracking.client(), tracking.experiment_id()
+    mlflow_client, experiment_id = store.client(), store.experiment_id()
     summary = {
         "rows": [{"variant": "1", "test_ppl_mean": 40.123456}, {"variant": "4", "test_ppl_mean": 30.98765}],
         "comparisons": [
@@ -519,7 +519,7 @@ def test_study_parent_runs_are_named_by_study_folder_and_dvc_experiment(tmp_path
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)  # where a store named by the variable keeps its artifacts
-    mlflow_client = tracking.client()
+    mlflow_client = store.client()
 
     def opened(folder: Path, **environment: str):
         monkeypatch.chdir(folder)

@@ -9,6 +9,7 @@ import torch
 
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
+from headstudy.settings.training import training_settings
 from headstudy.weights.model import Decoder, next_token_loss
 from headstudy.weights.training import LanguageModelModule, TokenDataModule, TrainingBatches, build_trainer, one_cycle
 
@@ -31,7 +32,7 @@ def test_lightning_training_matches_a_plain_loop_weight_for_weight(small_corpus,
 
     torch.manual_seed(config.seed)
     plain_model = Decoder(model_config(config))
-    setup = LanguageModelModule(plain_model, config.optimizer, STEPS).configure_optimizers()
+    setup = LanguageModelModule(plain_model, training_settings(config).optimizer, STEPS).configure_optimizers()
     optimizer, schedule = setup["optimizer"], setup["lr_scheduler"]
     batches = TrainingBatches(
         load_tokens(Path(config.paths.prepared), "train"), config.data.batch_size, config.model.context, config.seed
@@ -45,8 +46,8 @@ def test_lightning_training_matches_a_plain_loop_weight_for_weight(small_corpus,
         schedule.step()
 
     torch.manual_seed(config.seed)
-    module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, STEPS)
-    trainer = build_trainer(config, [])
+    module = LanguageModelModule(Decoder(model_config(config)), training_settings(config).optimizer, STEPS)
+    trainer = build_trainer(training_settings(config).trainer, [])
     trainer.fit(
         module,
         datamodule=TokenDataModule(
@@ -87,14 +88,16 @@ def test_bf16_mixed_trains_in_bfloat16_and_keeps_float32_weights(small_corpus, i
     tokens = {split: load_tokens(config.paths.prepared, split) for split in ("train", "valid")}
     inputs, targets = TrainingBatches(tokens["train"], config.data.batch_size, config.model.context, config.seed)[0]
     torch.manual_seed(config.seed)
-    module = LanguageModelModule(Decoder(model_config(config)), config.optimizer, config.trainer.max_steps)
+    module = LanguageModelModule(
+        Decoder(model_config(config)), training_settings(config).optimizer, config.trainer.max_steps
+    )
     with torch.no_grad():
         loss_before = next_token_loss(module.model(inputs), targets).item()
     output_dtypes = set()
     linear = next(layer for layer in module.model.modules() if isinstance(layer, torch.nn.Linear))
     hook = linear.register_forward_hook(lambda _layer, _inputs, output: output_dtypes.add(output.dtype))
 
-    trainer = build_trainer(config, [])
+    trainer = build_trainer(training_settings(config).trainer, [])
     trainer.fit(
         module,
         datamodule=TokenDataModule(

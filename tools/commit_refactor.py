@@ -1,22 +1,22 @@
-"""Step 3 of CONTRIBUTING.md's refactor protocol: `dvc commit` of a study's stages whose code
-changed but whose outputs did not, kept only if the proof holds.
+"""Commit, without retraining, the stages that a refactor of the weights' path left stale, once
+tools/prove_refactor.py has proven on this machine that BASE's code and the working tree's code
+write identical outputs.
 
-The proof stages (--proof) must have their outputs in the workspace, retrained on the new code
-(`dvc repro -s STAGE`). `dvc commit` hashes every output that is present, and an output that is
-not (a model whose DVC cache is on another machine) keeps the md5 its lock records. Then every
-output of every committed stage must have the md5 that the last commit's lock records; any
-difference restores the lock as it was and fails: the change is not a refactor, so retrain
-(`dvc repro`).
+    python tools/commit_refactor.py BASE            # every pipeline: dvc.yaml and studies/**/dvc.yaml
 
-    python tools/commit_refactor.py studies/lr-tuning/dvc.yaml \\
-        --proof 'train@1-0.003-0' --proof 'train@4-0.006-0' --commit 'train@*'
-
-It prints the proof for the commit message."""
+First the proof runs (its output is printed for the commit message). Then, in each pipeline, a
+stage is committed only if `dvc status` finds nothing changed but fingerprints/*.txt of a command
+whose code the proof ran or whose code did not change, and dependencies or outputs that are not in
+this workspace (a model whose DVC cache is on another machine keeps the md5 its lock records). Any
+other change (a config, params, conf/, an output present and different) is refused: run that
+stage with `dvc repro` first (configure, fingerprint, prepare are cheap), or retrain. After
+`dvc commit`, every output of every committed stage must have the md5 that the lock recorded
+before; otherwise the lock is restored and the commit fails."""
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +24,39 @@ from pathlib import Path
 import yaml
 from dvc.repo import Repo
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import prove_refactor  # noqa: E402
+
+ROOT = prove_refactor.ROOT
+ABSENT = ("deleted", "not in cache")
+
+
+def pipelines() -> list[Path]:
+    return [Path("dvc.yaml"), *sorted(path.relative_to(ROOT) for path in (ROOT / "studies").rglob("dvc.yaml"))]
+
 
 def outs_of(lock: dict, stage: str) -> dict[str, str]:
     return {out["path"]: out.get("md5", "") for out in lock["stages"].get(stage, {}).get("outs", [])}
+
+
+def refusals(status: dict, allowed_fingerprints: set[str]) -> list[str]:
+    """Why a stale stage may not be committed without running it: one line per change."""
+    found = []
+    for stage, changes in status.items():
+        for change in changes:
+            if not isinstance(change, dict):
+                found.append(f"{stage}: {change}")
+                continue
+            for path, state in change.get("changed deps", {}).items():
+                fingerprint = Path(path).name if Path(path).parent.name == "fingerprints" else None
+                if state not in ABSENT and fingerprint not in allowed_fingerprints:
+                    found.append(f"{stage}: {path} {state}")
+            for path, state in change.get("changed outs", {}).items():
+                if state not in ABSENT:
+                    found.append(f"{stage}: output {path} {state}")
+            found += [f"{stage}: {key}" for key in change if key not in ("changed deps", "changed outs")]
+    return found
 
 
 def keep_recorded_hash_of_missing_deps() -> None:
@@ -52,54 +82,57 @@ def keep_recorded_hash_of_missing_deps() -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dvc_file", type=Path)
-    parser.add_argument("--proof", action="append", required=True, help="a stage whose outputs were retrained here")
-    parser.add_argument("--commit", action="append", required=True, help="stage names to commit (glob)")
+    parser.add_argument("base", help="the commit before the change")
     args = parser.parse_args(argv)
-    lock_path = args.dvc_file.with_suffix(".lock")
-    committed_text = subprocess.run(
-        ["git", "show", f"HEAD:{lock_path}"], check=True, capture_output=True, text=True
-    ).stdout
-    committed = yaml.safe_load(committed_text)
-    targets = [name for name in committed["stages"] if any(fnmatch.fnmatch(name, glob) for glob in args.commit)]
-    missing_proofs = [stage for stage in args.proof if stage not in targets]
-    if not targets or missing_proofs:
-        print(
-            f"commit_refactor: error: --proof {missing_proofs} not among the stages to commit {targets}",
-            file=sys.stderr,
-        )
+    identical, changed = prove_refactor.prove(args.base)
+    if not identical:
+        print("commit_refactor: the proof failed: this change is arithmetic; retrain (dvc repro)", file=sys.stderr)
         return 1
-    for stage in args.proof:
-        absent = [path for path in outs_of(committed, stage) if not (args.dvc_file.parent / path).exists()]
-        if absent:
-            print(
-                f"commit_refactor: error: proof stage {stage} has no {absent} here: retrain it first", file=sys.stderr
-            )
-            return 1
-    before_text = lock_path.read_text()
+    unproven = sorted(set(changed) - set(prove_refactor.PROVEN_COMMANDS))
+    allowed = {f"{command}.txt" for command in prove_refactor.COMMANDS if command not in unproven}
+    plan: dict[Path, list[str]] = {}
+    problems = []
+    for dvc_file in pipelines():
+        status = json.loads(
+            subprocess.run(
+                ["dvc", "status", "--json", str(dvc_file)], cwd=ROOT, check=True, capture_output=True, text=True
+            ).stdout
+            or "{}"
+        )
+        problems += refusals(status, allowed)
+        plan[dvc_file] = [qualified.split(":", 1)[-1] for qualified in status]
+    if problems:
+        print("commit_refactor: error: not committed; these changes need a run, not a commit:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        if unproven:
+            print(f"  (the proof runs no {', '.join(unproven)}, whose code changed)", file=sys.stderr)
+        return 1
     keep_recorded_hash_of_missing_deps()
-    with Repo(".") as repo:
-        for name in targets:
-            repo.commit(f"{args.dvc_file}:{name}", force=True, allow_missing=True)
-    after = yaml.safe_load(lock_path.read_text())
-    changed = {
-        f"{stage}: {path}"
-        for stage in targets
-        for path, md5 in outs_of(after, stage).items()
-        if outs_of(committed, stage).get(path) != md5
-    }
-    if changed:
-        lock_path.write_text(before_text)
-        print(
-            f"commit_refactor: error: outputs differ from the committed lock: {sorted(changed)}; {lock_path} is "
-            "restored. This change is no refactor: retrain the study (dvc repro)",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"Proof: {len(args.proof)} stages retrained on this code, outputs identical to the committed {lock_path}:")
-    for stage in args.proof:
-        print("  " + stage + ": " + ", ".join(f"{path} {md5}" for path, md5 in sorted(outs_of(after, stage).items())))
-    print(f"Committed {len(targets)} stages of {args.dvc_file} (outputs not here keep their recorded md5).")
+    committed = 0
+    for dvc_file, stages in plan.items():
+        if not stages:
+            continue
+        lock_path = ROOT / dvc_file.with_suffix(".lock")
+        before_text = lock_path.read_text()
+        before = yaml.safe_load(before_text)
+        with Repo(str(ROOT)) as repo:
+            for stage in stages:
+                repo.commit(f"{dvc_file}:{stage}", force=True, allow_missing=True)
+        after = yaml.safe_load(lock_path.read_text())
+        moved = [
+            f"{stage}: {path}"
+            for stage in stages
+            for path, md5 in outs_of(after, stage).items()
+            if outs_of(before, stage).get(path) != md5
+        ]
+        if moved:
+            lock_path.write_text(before_text)
+            print(f"commit_refactor: error: outputs differ from {lock_path}: {moved}; restored", file=sys.stderr)
+            return 1
+        committed += len(stages)
+        print(f"  {dvc_file}: {len(stages)} stages committed, every output's md5 as recorded")
+    print(f"Committed {committed} stages under the proof above (outputs not here keep their recorded md5).")
     return 0
 
 

@@ -49,16 +49,6 @@ as every command composes it, without doing any work."""
 HELP_FLAGS = ("-h", "--help")
 
 
-def raised_in(error: BaseException, function: str) -> bool:
-    """Whether the error came out of a call of `function` (by name)."""
-    frame = error.__traceback__
-    while frame is not None:
-        if frame.tb_frame.f_code.co_name == function:
-            return True
-        frame = frame.tb_next
-    return False
-
-
 def description(command: str) -> str:
     """The command module's docstring, read without importing it (and torch with it)."""
     if command == "config":
@@ -291,7 +281,7 @@ def dispatch(args: list[str]) -> None:
             + (f" (did you mean {close[0]}?)" if close else "")
             + f"; the commands are {', '.join(COMMANDS)}"
         )
-    from headstudy.common.errors import ConfigError, first_line
+    from headstudy.common.errors import ConfigError
 
     if any(arg in HELP_FLAGS for arg in rest):
         try:  # `headstudy train --help variant=4`: the values these overrides compose
@@ -324,20 +314,7 @@ def dispatch(args: list[str]) -> None:
                 from headstudy.bookkeeping.jobs import outliving_checkpoints
 
                 config.paths.checkpoints = str(outliving_checkpoints(config))
-            try:
-                importlib.import_module(f"headstudy.{command}").main(config)
-            except RuntimeError as error:
-                # torch.save reports a full disk as a RuntimeError, which train.py (on the weights'
-                # path, so left as it is) does not turn into its one line as it does an OSError.
-                if command != "train" or not raised_in(error, "write_model"):
-                    raise
-                directory = Path(config.paths.models) / config.name
-                free = shutil.disk_usage(directory.parent).free
-                raise ConfigError(
-                    f"writing the model to {directory} failed ({first_line(error)}; {free:,} bytes free there): "
-                    "once it can be written, the same command resumes from the last checkpoint and only "
-                    "writes the model"
-                ) from None
+            importlib.import_module(f"headstudy.{command}").main(config)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)
     except ConfigError as error:

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from headstudy.bookkeeping import guards, jobs
+from headstudy.bookkeeping import guards
 from headstudy.bookkeeping.progress import Throughput, quiet_routine_warnings, watchers
 from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import check_training_data, load_tokens
+from headstudy.settings.training import diverged, start_training
 from headstudy.weights.batches import stream_batches
 from headstudy.weights.diagnostics import TrainingWatcher
-from headstudy.weights.model import Decoder, ModelConfig, weights_sha256
-from headstudy.weights.training import LanguageModelModule, TokenDataModule, build_trainer
+from headstudy.weights.model import weights_sha256
+from headstudy.weights.training import TrainingDiverged
 
 
 def probe_batch(valid_tokens, context: int, windows: int) -> torch.Tensor:
@@ -40,9 +40,6 @@ def diagnose(config: DictConfig) -> dict:
     prepared = Path(config.paths.prepared)
     check_training_data(prepared, config.model.vocab_size, config.model.context)
     quiet_routine_warnings()
-    # From here on in the order train.py runs it: the seed first, so the initial weights are its.
-    torch.set_num_threads(jobs.torch_threads(config.threads))
-    L.seed_everything(config.seed, workers=True)
     valid_tokens = load_tokens(prepared, "valid")
     settings = config.diagnose
     watcher = TrainingWatcher(
@@ -51,18 +48,12 @@ def diagnose(config: DictConfig) -> dict:
         settings.clip_grad_norm,
     )
     throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, [watcher, *watchers(throughput)])
-    model = Decoder(ModelConfig(**OmegaConf.to_container(config.model)))
-    datamodule = TokenDataModule(
-        load_tokens(prepared, "train"),
-        valid_tokens,
-        config.data.batch_size,
-        config.model.context,
-        config.seed,
-        config.trainer.val_every_steps,
-    )
-    module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps, config.trainer.compile)
-    trainer.fit(module, datamodule=datamodule)
+    training = start_training(config, load_tokens(prepared, "train"), valid_tokens, [watcher, *watchers(throughput)])
+    try:
+        training.fit()
+    except TrainingDiverged as error:
+        raise diverged(error) from None
+    trainer, module = training.trainer, training.module
 
     columns, rows = watcher.table()
     lines = [",".join(columns)] + [",".join("" if value is None else repr(value) for value in row) for row in rows]

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig
 
 from headstudy.analysis.perplexity import perplexity, stream_nll
-from headstudy.bookkeeping import guards, jobs, tracking
+from headstudy.bookkeeping import guards, jobs, store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_json
 from headstudy.formats.prepared import check_length, load_stats, load_tokens, tokens_path
@@ -31,7 +31,7 @@ def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     test = load_tokens(prepared, "test")
     check_length(test, 2, tokens_path(prepared, "test"), "a test perplexity")
     stats = load_stats(prepared)["splits"]
-    tracking.check_store()
+    store.check_store()
     # Numbers only, so that `dvc metrics show` tabulates them; names and hashes are in run.json.
     metrics = {key: run[key] for key in ("heads", "seed", "params", "lr")}
     total, count = stream_nll(model, test, config.data.batch_size)
@@ -50,7 +50,7 @@ def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     if run_id is None:
         print(
             f"evaluate: warning: no finished MLflow run {run['name']} with weights.sha256="
-            f"{run['weights_sha256'][:12]}... in {tracking.redact(tracking.tracking_uri())}: test/ppl not logged",
+            f"{run['weights_sha256'][:12]}... in {store.redact(store.tracking_uri())}: test/ppl not logged",
             file=sys.stderr,
         )
     else:

@@ -37,7 +37,7 @@ from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
 from headstudy.analysis.sweep import sweep_section
 from headstudy.analysis.training_length import other_budget_inputs, training_length_section
 from headstudy.analysis.wording import interval, label
-from headstudy.bookkeeping import guards, progress, tracking
+from headstudy.bookkeeping import guards, progress, store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import load_stats
@@ -329,7 +329,7 @@ def report(config: DictConfig) -> dict:
     models = OmegaConf.to_container(config.models)
     build = learning_rate_report if study.get("lrs") else study_report
     inputs = read_inputs(config, study, settings, models)
-    tracking.check_store()  # the report is logged there once written: a store that cannot be opened stops it first
+    store.check_store()  # the report is logged there once written: a store that cannot be opened stops it first
     blocks, summary = build(config, study, settings, models, inputs)
     reports_dir = Path(config.paths.reports)
     write_json(reports_dir / "summary.json", nan_to_null(summary))

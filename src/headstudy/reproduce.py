@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from headstudy.bookkeeping import provenance, tracking
+from headstudy.bookkeeping import provenance, store
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.formats.prepared import TOKENIZER_FILE, prepared_digest, sha256_file
 from headstudy.settings.compose import validate
@@ -52,7 +52,7 @@ def check_prepared_data(run, prepared: Path) -> None:
 def reproducible_run(run_id: str):
     """A finished training run: only that has the config and the result to compare against."""
     try:
-        run = tracking.get_run(run_id)
+        run = store.get_run(run_id)
     except LookupError as error:
         raise ConfigError(str(error)) from None
     status = run.info.status
@@ -88,14 +88,14 @@ def reproduce(run_id: str, topology: list[str] = ()) -> bool:
     from headstudy.formats.trained import CONFIG_FILE
     from headstudy.train import train
 
-    tracking.check_store()
+    store.check_store()
     run = reproducible_run(run_id)
     # Runs record their data folder as the tag data.path (older ones as the param paths.prepared).
     check_prepared_data(run, Path(run.data.tags.get("data.path") or run.data.params["paths.prepared"]))
     with tempfile.TemporaryDirectory(prefix="headstudy-reproduce-") as scratch:
         scratch = Path(scratch)
         try:
-            saved_config = tracking.download_artifact(run_id, CONFIG_FILE, scratch)
+            saved_config = store.download_artifact(run_id, CONFIG_FILE, scratch)
         except Exception as error:  # whatever the artifact store raises: the file is not there
             raise ConfigError(
                 f"run {run_id} has no readable {CONFIG_FILE} artifact ({first_line(error)}): it cannot be reproduced"

@@ -13,26 +13,21 @@ import shutil
 import sys
 from pathlib import Path
 
-import lightning as L
-import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from headstudy.bookkeeping import guards, jobs, tracking
+from headstudy.bookkeeping import guards, provenance, store, tracking
 from headstudy.bookkeeping.progress import Throughput, quiet_routine_warnings, watchers
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.common.files import write_atomically
 from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, load_tokens, sha256_file
 from headstudy.formats.runconfig import config_digest
-from headstudy.formats.trained import CONFIG_FILE, MODEL_FILE, data_record, model_dir, training_record, write_model
-from headstudy.weights.model import Decoder, ModelConfig
-from headstudy.weights.training import (
-    LanguageModelModule,
-    ResumeCheckpoint,
-    TokenDataModule,
-    TrainingDiverged,
-    build_trainer,
-)
+from headstudy.formats.trained import data_record, model_dir, settings_text, training_record
+from headstudy.settings.training import diverged, start_training
+from headstudy.weights.model import Decoder
+from headstudy.weights.recipe import Training
+from headstudy.weights.saved import CONFIG_FILE, MODEL_FILE, write_model
+from headstudy.weights.training import ResumeCheckpoint, TrainingDiverged
 
 
 def abandon_stale_resumes(checkpoints: Path, name: str, keep: Path) -> None:
@@ -55,34 +50,25 @@ def train(config: DictConfig, extra_tags: dict | None = None) -> dict | None:
     guards.check_writable(Path(config.paths.models), Path(config.paths.metrics) / "curves", resume_folder.parent)
     prepared = Path(config.paths.prepared)
     check_training_data(prepared, config.model.vocab_size, config.model.context)
-    tracking.check_store()  # before any work, so that a store that cannot be opened is the only message
+    store.check_store()  # before any work, so that a store that cannot be opened is the only message
     quiet_routine_warnings()
-    torch.set_num_threads(jobs.torch_threads(config.threads))
-    L.seed_everything(config.seed, workers=True)
     resume_checkpoint = resume_folder / "last.ckpt"
     throughput = Throughput(config.data.batch_size * config.model.context)
-    trainer = build_trainer(config, [ResumeCheckpoint(resume_checkpoint), *watchers(throughput)])
-    model = Decoder(ModelConfig(**OmegaConf.to_container(config.model)))
-    datamodule = TokenDataModule(
+    training = start_training(
+        config,
         load_tokens(prepared, "train"),
         load_tokens(prepared, "valid"),
-        config.data.batch_size,
-        config.model.context,
-        config.seed,
-        config.trainer.val_every_steps,
+        [ResumeCheckpoint(resume_checkpoint), *watchers(throughput)],
     )
-    module = LanguageModelModule(model, config.optimizer, config.trainer.max_steps, config.trainer.compile)
-    if not trainer.is_global_zero:  # started by process 0, after it settled whether to resume
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resume_checkpoint.is_file() else None)
+    if not training.trainer.is_global_zero:  # started by process 0, after it settled whether to resume
+        training.fit(resume_checkpoint if resume_checkpoint.is_file() else None)
         return None
 
     # Only a stage that DVC runs belongs to a study execution; a manual or reproducing run stands alone.
-    study_run_id = tracking.open_study_run() if tracking.in_pipeline() else None
+    study_run_id = tracking.open_study_run() if provenance.in_pipeline() else None
     try:
         with guards.only_training_of(resume_folder):  # the same model started twice: the second is refused
-            return train_on_process_zero(
-                config, extra_tags or {}, study_run_id, resume_folder, trainer, module, datamodule, throughput
-            )
+            return train_on_process_zero(config, extra_tags or {}, study_run_id, resume_folder, training, throughput)
     finally:
         if study_run_id:
             tracking.leave_study_run(study_run_id)
@@ -97,11 +83,10 @@ def train_on_process_zero(
     extra_tags: dict,
     study_run_id: str | None,
     resume_folder: Path,
-    trainer: L.Trainer,
-    module: LanguageModelModule,
-    datamodule: TokenDataModule,
+    training: Training,
     throughput: Throughput,
 ) -> dict:
+    trainer, module = training.trainer, training.module
     prepared = Path(config.paths.prepared)
     data = data_record(prepared)
     name = config.name
@@ -126,7 +111,7 @@ def train_on_process_zero(
                 "stage": os.environ.get("DVC_STAGE", "manual"),
                 "data.path": str(config.paths.prepared),
                 "data.sha256": data["data_sha256"],
-                "data.dvc_md5": tracking.dvc_locked_md5(prepared),
+                "data.dvc_md5": provenance.dvc_locked_md5(prepared),
                 "tokenizer.sha256": sha256_file(prepared / TOKENIZER_FILE),
                 "processes": str(trainer.world_size),
                 **extra_tags,
@@ -139,10 +124,10 @@ def train_on_process_zero(
 
     trainer.logger = logger
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint if resuming else None)
-    except TrainingDiverged:
+        training.fit(resume_checkpoint if resuming else None)
+    except TrainingDiverged as error:
         shutil.rmtree(resume_folder)  # Lightning marked the run FAILED; resuming would diverge again
-        raise
+        raise diverged(error) from None
     except (KeyboardInterrupt, SystemExit) as stop:
         # Lightning ends a SIGTERM (a scheduler's preemption) in a SystemExit that would exit 0,
         # and Ctrl-C in sys.exit(1): both are interruptions, resumable from the last checkpoint.
@@ -167,7 +152,7 @@ def train_on_process_zero(
     shutil.rmtree(resume_folder)
     print(
         f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}, "
-        f"model in {model_dir(config)}, MLflow run {tracking.ui_url(run_id)}"
+        f"model in {model_dir(config)}, MLflow run {store.ui_url(run_id)}"
     )
     return {**record, "mlflow_run_id": run_id, "tokens_per_sec": throughput.tokens_per_sec}
 
@@ -175,11 +160,11 @@ def train_on_process_zero(
 def write_trained_model(config: DictConfig, model: Decoder, record: dict) -> None:
     """A model that cannot be written (a full disk) leaves no staging folder behind (write_model
     removes it) and fails in one line; its resume state is kept, so the same command, once there
-    is space, only writes the model."""
+    is space, only writes the model. torch.save reports a full disk as a RuntimeError."""
     directory = model_dir(config)
     try:
-        write_model(directory, model, config, record)
-    except OSError as error:
+        write_model(directory, model, settings_text(config), record)
+    except (OSError, RuntimeError) as error:
         free = shutil.disk_usage(directory.parent).free
         raise ConfigError(
             f"writing the model to {directory} failed ({first_line(error)}; {free:,} bytes free "

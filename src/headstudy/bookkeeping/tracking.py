@@ -36,17 +36,9 @@ from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, 
 from omegaconf import DictConfig
 
 from headstudy.bookkeeping.dashboard import dashboard_metrics, save_results_view, significant
-
-# Re-exported (noqa: F401) besides what this module uses: dvc_locked_md5, in_pipeline,
-# check_store, download_artifact, get_run, redact, tracking_uri, EXPERIMENT. Stage modules
-# (train.py, evaluate.py, report.py) and reproduce.py call them as `tracking.NAME`, and a stage
-# depends on the syntax trees of the code it runs (fingerprints/): an import line changed in a
-# stage module for a move inside bookkeeping/ would rerun every one of its stages (and train.py
-# is frozen besides).
-from headstudy.bookkeeping.provenance import (  # noqa: F401
+from headstudy.bookkeeping.provenance import (
     PARAMS_FILE,
     dvc_experiment,
-    dvc_locked_md5,
     environment,
     flatten,
     git_state,
@@ -55,17 +47,13 @@ from headstudy.bookkeeping.provenance import (  # noqa: F401
     study_folder_name,
     study_identity,
 )
-from headstudy.bookkeeping.store import (  # noqa: F401
+from headstudy.bookkeeping.store import (
     BY_HAND_EXPERIMENT,
     EXPERIMENT,
-    check_store,
     client,
-    download_artifact,
     existing_experiment_ids,
     experiment_id,
     file_lock,
-    get_run,
-    redact,
     run_experiment,
     tracking_uri,
     ui_url,

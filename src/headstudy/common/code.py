@@ -1,23 +1,33 @@
 """The code a stage runs, found statically, and its fingerprint: what the stage's output can
-depend on, with what cannot (docstrings, comments, layout) left out.
+depend on, with what cannot (docstrings, comments, layout, and where the code lives) left out.
 
-A module's fingerprint is the sha256 of its syntax tree with every docstring removed, written
-back out by `ast.unparse`: comments and formatting are not in the tree, so an edit of them
-leaves the fingerprint as it was, while any change of a statement, a name or a constant changes
-it. The imports are read from the tree too (those inside functions included), transitively;
-the imports of bookkeeping/ are not followed, since no output depends on it, and the entry point
-cli.py only dispatches."""
+The unit is a definition (a function, a class, a module-level value), not a module. From the
+stage's entry point every name is followed to the definition it means, through imports and
+re-exports, and only definitions so reached are in the fingerprint: a function that the stage
+never reaches may sit in a module the stage imports. A definition's digest is the sha256 of its
+syntax tree with docstrings removed and written back out by `ast.unparse`, in which its own name
+is blanked and every name that means another definition of the package is replaced by that
+definition's digest. So a comment, a reformat, moving a definition to another module, or renaming
+a module, function or class changes nothing, while a changed statement, constant or call changes
+the digest of its definition and of every definition that reaches it. Method and parameter names
+stay in the digest: Lightning and PyTorch call methods by name.
+
+bookkeeping/ is not followed, since no output depends on it: a call into it counts as a call,
+whatever it calls. Names bound in a function (its parameters, locals) are never resolved."""
 
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE = "headstudy"
 SOURCE = Path(__file__).resolve().parents[2]  # src/, which holds the package
-# Code no output depends on, and the entry point that only dispatches: never in a fingerprint.
-NOT_OUTPUT_CODE = ("headstudy.bookkeeping", "headstudy.cli")
+# Code no output depends on: never followed into a fingerprint.
+NOT_OUTPUT_CODE = ("headstudy.bookkeeping",)
+BOOKKEEPING = "§bookkeeping"
 
 
 def module_file(name: str, source: Path = SOURCE) -> Path | None:
@@ -32,48 +42,30 @@ def module_file(name: str, source: Path = SOURCE) -> Path | None:
     return None
 
 
-def module_name(path: Path, source: Path = SOURCE) -> str:
-    parts = list(Path(path).relative_to(source).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def package_of(path: Path, source: Path) -> list[str]:
+    """The package a file's relative imports start from: for __init__.py the package itself."""
+    return list(Path(path).relative_to(source).with_suffix("").parts)[:-1]
+
+
+def absolute_module(node: ast.ImportFrom, package: list[str]) -> str:
+    if not node.level:
+        return node.module or ""
+    return ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
 
 
 def imported_names(path: Path, source: Path = SOURCE) -> set[str]:
     """Every module an import in this file can load: `import a.b`, `from a import b` (b may be a
     module), relative imports resolved."""
-    parts = list(Path(path).relative_to(source).with_suffix("").parts)
-    package = parts[:-1]  # for __init__.py: the package itself; for a module: its package
+    package = package_of(path, source)
     names: set[str] = set()
     for node in ast.walk(ast.parse(Path(path).read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
-            else:
-                base = node.module
+            base = absolute_module(node, package)
             names.add(base)
             names |= {f"{base}.{alias.name}" for alias in node.names}
     return names
-
-
-def is_output_code(name: str) -> bool:
-    return not any(name == excluded or name.startswith(excluded + ".") for excluded in NOT_OUTPUT_CODE)
-
-
-def stage_code(command: str, source: Path = SOURCE) -> list[Path]:
-    """The files `headstudy COMMAND` runs (importing a.b.c runs a/__init__.py and a/b/__init__.py
-    too), bookkeeping and cli.py left out, in a stable order."""
-    seen: dict[Path, None] = {}
-    todo = [f"{PACKAGE}.{command}"]
-    while todo:
-        parts = todo.pop().split(".")
-        for depth in range(1, len(parts) + 1):
-            name = ".".join(parts[:depth])
-            path = module_file(name, source)
-            if path is not None and path not in seen and is_output_code(name):
-                seen[path] = None
-                todo.extend(imported_names(path, source))
-    return sorted(seen)
 
 
 def without_docstrings(tree: ast.AST) -> ast.AST:
@@ -90,19 +82,260 @@ def without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def module_fingerprint(path: Path) -> str:
-    """sha256 of the module's code: its syntax tree without docstrings, written back out."""
-    code = ast.unparse(without_docstrings(ast.parse(Path(path).read_text())))
-    return hashlib.sha256(code.encode()).hexdigest()
+def bindings(node: ast.Import | ast.ImportFrom, package: list[str]) -> dict[str, tuple[str, str | None]]:
+    """What an import statement binds: name -> (module, None) for a module, (module, attribute)
+    for `from module import attribute`. `import a.b` binds `a`."""
+    if isinstance(node, ast.Import):
+        return {
+            alias.asname or alias.name.split(".")[0]: (alias.name if alias.asname else alias.name.split(".")[0], None)
+            for alias in node.names
+        }
+    base = absolute_module(node, package)
+    return {alias.asname or alias.name: (base, alias.name) for alias in node.names if alias.name != "*"}
 
 
-def fingerprint_text(command: str, source: Path = SOURCE) -> str:
-    """One line per module the stage runs, `MODULE SHA256`: a change of code shows in a diff as
-    the module it changed, and only such a change alters the file."""
-    lines = [f"{module_name(path, source)} {module_fingerprint(path)}" for path in stage_code(command, source)]
+@dataclass
+class Module:
+    """A module's top level: what each name binds to, and the statements that run on import."""
+
+    name: str
+    package: list[str]
+    definitions: dict[str, ast.AST] = field(default_factory=dict)  # def, class, or assigned value
+    imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # name -> (module, attribute)
+    effects: list[ast.stmt] = field(default_factory=list)
+
+
+def read_module(name: str, path: Path, source: Path) -> Module:
+    package = package_of(path, source)
+    module = Module(name, package)
+    for node in without_docstrings(ast.parse(Path(path).read_text())).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            module.definitions[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [target.id for target in targets if isinstance(target, ast.Name)]
+            if len(names) != len(targets):
+                module.effects.append(node)
+            for bound in names:
+                module.definitions[bound] = node.value
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            module.imports |= bindings(node, package)
+        else:
+            module.effects.append(node)
+    return module
+
+
+def bound_names(function: ast.AST) -> set[str]:
+    """The names a function or lambda binds for itself: parameters, assignments, loop and
+    comprehension targets, nested definitions, `except ... as` names. Imports are not among
+    them: what an import binds is resolved as at the top level."""
+    arguments = function.args
+    names = {
+        argument.arg
+        for argument in (
+            *arguments.posonlyargs,
+            *arguments.args,
+            *arguments.kwonlyargs,
+            arguments.vararg,
+            arguments.kwarg,
+        )
+        if argument is not None
+    }
+    body = function.body if isinstance(function.body, list) else [function.body]
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                names.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                names.add(node.name)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return names
+
+
+def function_imports(function: ast.AST, package: list[str]) -> dict[str, tuple[str, str | None]]:
+    """What the imports inside a function bind: name -> (module, attribute or None)."""
+    imports: dict[str, tuple[str, str | None]] = {}
+    body = function.body if isinstance(function.body, list) else [function.body]
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports |= bindings(node, package)
+    return imports
+
+
+class CodeIndex:
+    """The package's modules, read once, and the digest of every definition reached from them."""
+
+    def __init__(self, source: Path = SOURCE):
+        self.source = Path(source)
+        self.modules: dict[str, Module | None] = {}
+        self.digests: dict[tuple, str] = {}
+        self.in_progress: list[tuple] = []
+        self.reached: dict[tuple, str] = {}  # target -> digest, for every definition reached
+
+    def module(self, name: str) -> Module | None:
+        if name not in self.modules:
+            path = module_file(name, self.source)
+            self.modules[name] = None if path is None else read_module(name, path, self.source)
+        return self.modules[name]
+
+    def resolve(self, module_name: str, name: str, seen: frozenset = frozenset()) -> tuple | None:
+        """What `name` means at the top level of a headstudy module: ("definition", module, name),
+        ("module", module), ("bookkeeping",), or None for anything outside the package."""
+        if module_name == NOT_OUTPUT_CODE[0] or module_name.startswith(NOT_OUTPUT_CODE[0] + "."):
+            return ("bookkeeping",)
+        module = self.module(module_name)
+        if module is None or (module_name, name) in seen:
+            return None
+        if name in module.definitions:
+            return ("definition", module_name, name)
+        if name not in module.imports:
+            return None
+        imported, attribute = module.imports[name]
+        if attribute is None:
+            return self.module_target(imported)
+        return self.member(imported, attribute, seen | {(module_name, name)})
+
+    def module_target(self, name: str) -> tuple | None:
+        if name.split(".")[0] != PACKAGE:
+            return None
+        if name == NOT_OUTPUT_CODE[0] or name.startswith(NOT_OUTPUT_CODE[0] + "."):
+            return ("bookkeeping",)
+        return ("module", name) if module_file(name, self.source) else None
+
+    def member(self, module_name: str, attribute: str, seen: frozenset = frozenset()) -> tuple | None:
+        """`module.attribute`: a submodule, or what the name means in the module."""
+        submodule = self.module_target(f"{module_name}.{attribute}")
+        if submodule is not None:
+            return submodule
+        return self.resolve(module_name, attribute, seen)
+
+    def digest(self, target: tuple) -> str:
+        if target == ("bookkeeping",):
+            return BOOKKEEPING
+        if target in self.in_progress:  # recursion: named by how far up it is, not by its name
+            return f"§cycle{len(self.in_progress) - self.in_progress.index(target)}"
+        if target not in self.digests:
+            self.in_progress.append(target)
+            try:
+                text = self.module_text(target[1]) if target[0] == "module" else self.definition_text(*target[1:])
+            finally:
+                self.in_progress.pop()
+            self.digests[target] = hashlib.sha256(text.encode()).hexdigest()
+            if target[0] == "definition":
+                self.reached[target] = self.digests[target]
+                self.reach_effects(target[1])
+        return self.digests[target]
+
+    def reach_effects(self, module_name: str) -> None:
+        """What a module runs on import (matplotlib.use(...)) counts once its code is reached."""
+        for statement in self.module(module_name).effects:
+            key = ("effect", module_name, ast.dump(statement))
+            if key not in self.reached:
+                self.reached[key] = hashlib.sha256(self.rewritten(module_name, statement).encode()).hexdigest()
+
+    def definition_text(self, module_name: str, name: str) -> str:
+        node = copy.deepcopy(self.module(module_name).definitions[name])
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            node.name = "_"
+        return self.rewritten(module_name, node)
+
+    def module_text(self, module_name: str) -> str:
+        """A module used as a value: everything in it."""
+        module = self.module(module_name)
+        return "\n".join(sorted(self.digest(("definition", module_name, name)) for name in module.definitions))
+
+    def rewritten(self, module_name: str, node: ast.AST) -> str:
+        return ast.unparse(Resolver(self, module_name).visit(copy.deepcopy(node)))
+
+
+class Resolver(ast.NodeTransformer):
+    """Replaces every name that means a definition of the package by that definition's digest."""
+
+    def __init__(self, index: CodeIndex, module_name: str):
+        self.index, self.module_name = index, module_name
+        self.local_scopes: list[set[str]] = []
+        self.local_imports: list[dict[str, tuple[str, str | None]]] = []
+
+    def visit_function(self, node):
+        self.local_scopes.append(bound_names(node))
+        self.local_imports.append(function_imports(node, self.index.module(self.module_name).package))
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.local_scopes.pop()
+            self.local_imports.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_function
+
+    def is_local(self, name: str) -> bool:
+        return any(name in scope for scope in self.local_scopes)
+
+    def target_of(self, node: ast.AST) -> tuple | None:
+        if isinstance(node, ast.Name):
+            for imports in reversed(self.local_imports):
+                if node.id in imports:
+                    imported, attribute = imports[node.id]
+                    if attribute is None:
+                        return self.index.module_target(imported)
+                    return self.index.member(imported, attribute)
+            if not self.is_local(node.id):
+                return self.index.resolve(self.module_name, node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.target_of(node.value)
+            if base is not None and base[0] == "module":
+                return self.index.member(base[1], node.attr)
+            if base == ("bookkeeping",):
+                return base
+        return None
+
+    def visit_Name(self, node: ast.Name):
+        target = self.target_of(node) if isinstance(node.ctx, ast.Load) else None
+        return node if target is None else ast.Name(id=self.index.digest(target), ctx=node.ctx)
+
+    def visit_Attribute(self, node: ast.Attribute):
+        target = self.target_of(node) if isinstance(node.ctx, ast.Load) else None
+        if target is None:
+            return self.generic_visit(node)
+        return ast.Name(id=self.index.digest(target), ctx=node.ctx)
+
+    def visit_Import(self, _node):  # what a name bound by an import means is in its uses, not here
+        return ast.Pass()
+
+    visit_ImportFrom = visit_Import
+
+
+def stage_entry(command: str) -> tuple[str, str]:
+    """The module and function that `headstudy COMMAND` runs."""
+    return f"{PACKAGE}.{command}", "main"
+
+
+def reached_definitions(entry: tuple[str, str], source: Path = SOURCE) -> dict[tuple, str]:
+    """Every definition (and module effect) reached from the entry function, with its digest."""
+    index = CodeIndex(source)
+    target = index.resolve(*entry)
+    if target is None or target[0] != "definition":
+        raise ValueError(f"{entry[0]}.{entry[1]} is not a function of {source}")
+    index.digest(target)
+    return index.reached
+
+
+def fingerprint_text(command: str, source: Path = SOURCE, entry: tuple[str, str] | None = None) -> str:
+    """One line per definition the stage runs, its digest, in digest order: the file changes only
+    when code the stage runs changes, and says how many definitions changed."""
+    digests = sorted(set(reached_definitions(entry or stage_entry(command), source).values()))
     return (
-        f"# Written by `headstudy fingerprint`: the code `headstudy {command}` runs, each module's syntax\n"
-        "# tree without docstrings (comments and layout are not in it). Stages depend on this file.\n"
-        + "\n".join(lines)
-        + "\n"
+        f"# Written by `headstudy fingerprint`: the code `headstudy {command}` runs, one digest per\n"
+        "# definition it reaches, blind to docstrings, comments, layout and where code lives\n"
+        "# (src/headstudy/common/code.py). Stages depend on this file.\n" + "\n".join(digests) + "\n"
     )
+
+
+def named_digests(command: str, source: Path = SOURCE) -> list[str]:
+    """`DIGEST module.name` for each definition of the stage's fingerprint: what a changed line
+    of fingerprints/COMMAND.txt is."""
+    reached = reached_definitions(stage_entry(command), source)
+    return sorted(f"{digest} {'.'.join(target[1:3])}" for target, digest in reached.items())

@@ -18,15 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from headstudy.common.errors import ConfigError, first_line
-from headstudy.common.files import read_json, staged_folder, write_json
+from headstudy.common.files import read_json
 from headstudy.common.trees import flatten
 from headstudy.formats.prepared import check_vocab_size, digest_of, prepared_file_hashes
 from headstudy.formats.runconfig import training_section
 from headstudy.weights.model import Decoder, ModelConfig, weights_sha256
-
-MODEL_FILE = "model.pt"
-RUN_FILE = "run.json"
-CONFIG_FILE = "config.yaml"
+from headstudy.weights.saved import CONFIG_FILE, MODEL_FILE, RUN_FILE
 
 
 def model_dir(config: DictConfig) -> Path:
@@ -40,20 +37,15 @@ def read_run(directory: Path) -> dict:
     return read_json(path, remedy="train the model again")
 
 
-def write_model(directory: Path, model: Decoder, config: DictConfig, record: dict) -> None:
-    with staged_folder(directory) as staging:
-        torch.save(
-            {"model_config": OmegaConf.to_container(config.model), "state_dict": model.state_dict()},
-            staging / MODEL_FILE,
-        )
-        (staging / CONFIG_FILE).write_text(OmegaConf.to_yaml(training_section(config), sort_keys=True))
-        write_json(staging / RUN_FILE, record)
-
-
 def data_record(prepared: Path) -> dict:
     """The prepared data a model is trained on, as run.json records it."""
     files = prepared_file_hashes(prepared)
     return {"data_sha256": digest_of(files), "data_files": files}
+
+
+def settings_text(config: DictConfig) -> str:
+    """config.yaml of the model folder: the training section, as the config files hold it."""
+    return OmegaConf.to_yaml(training_section(config), sort_keys=True)
 
 
 def training_record(config: DictConfig, model: Decoder, data: dict) -> dict:

@@ -1,4 +1,3 @@
-"""Composing conf/ with params.yaml and overrides (Hydra), and checking the result. Only the
-configure stage depends on this folder: it writes the resolved config file of every stage, and
-the stages depend on those files, so a change here that resolves to the same settings reruns
-nothing."""
+"""Settings: composing conf/ with params.yaml and overrides (Hydra) and checking the result, for
+the configure stage, which writes the resolved config file of every stage; and the boundary where
+a training's config becomes the typed settings of the recipe in weights/ (training.py)."""

@@ -68,8 +68,16 @@ def read_params(path: Path = PARAMS_FILE, required: bool = False) -> dict:
 
 
 # Settings that conf/ leaves out on purpose: absent, they keep their default, so the configs of
-# every study written before them stay as they were (tasks/multiclue.py: absent = uniform types).
-OPTIONAL_KEYS = {"data": ("type_concentration",)}
+# every study written before them stay as they were (tasks/multiclue.py: absent = uniform types;
+# weights/model.py: absent = no QK-norm, and a model saved without it is the same file).
+OPTIONAL_KEYS = {"data": ("type_concentration",), "model": ("qk_norm",)}
+
+
+def with_optional_keys(override: str) -> str:
+    """`model.qk_norm=true` as `++model.qk_norm=true`: Hydra adds a key that conf/ leaves out only so."""
+    key, _, value = override.partition("=")
+    section, _, name = key.partition(".")
+    return f"++{key}={value}" if name in OPTIONAL_KEYS.get(section, ()) else override
 
 
 def params_overrides(params: dict) -> list[str]:
@@ -85,10 +93,8 @@ def params_overrides(params: dict) -> list[str]:
         for key, value in values.items():
             if GROUP_CHOICES.get(section) == key:
                 overrides.append(f"{section}={value}")
-            elif key in OPTIONAL_KEYS.get(section, ()):
-                overrides.append(f"++{section}.{key}={override_value(value)}")
             else:
-                overrides.append(f"{section}.{key}={override_value(value)}")
+                overrides.append(with_optional_keys(f"{section}.{key}={override_value(value)}"))
     return overrides
 
 
@@ -156,7 +162,7 @@ def compose_config(overrides: list[str], params: dict | None = None) -> DictConf
     if not (directory / "config.yaml").is_file():
         raise ConfigError(f"{directory}/config.yaml not found: run headstudy in the project root")
     params = read_params() if params is None else params
-    overrides = [*params_overrides(params), *variant_settings(params, overrides), *overrides]
+    overrides = [*params_overrides(params), *variant_settings(params, overrides), *map(with_optional_keys, overrides)]
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             config = compose("config", overrides=variant_overrides(overrides))
@@ -259,6 +265,24 @@ def model_config(config: DictConfig):
         raise ConfigError(f"model: {error}") from None
 
 
+def model_problems(model) -> list[str]:
+    """Every inconsistency of a ModelConfig, phrased with the config keys a user would edit."""
+    found = []
+    for key in ("vocab_size", "context", "width", "n_heads", "n_layers", "mlp_hidden"):
+        value = getattr(model, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            found.append(f"model.{key} must be a positive integer, got {value!r}")
+    if model.mix_heads not in (None, True, False):
+        found.append(f"model.mix_heads must be null, true or false, got {model.mix_heads!r}")
+    if not isinstance(model.qk_norm, bool):
+        found.append(f"model.qk_norm must be true or false, got {model.qk_norm!r}")
+    if not isinstance(model.init_std, (int, float)) or not model.init_std > 0:
+        found.append(f"model.init_std must be a positive number, got {model.init_std!r}")
+    if not found and model.width % model.n_heads:
+        found.append(f"model.n_heads={model.n_heads} must divide model.width={model.width} (the heads split the width)")
+    return found
+
+
 # Integer settings and their smallest allowed value.
 INTEGER_MINIMUMS = {
     "seed": 0,
@@ -312,7 +336,7 @@ def validate(config: DictConfig) -> None:
     problems += precision_problems(config.trainer)
     if config.data.get("corpus") == "multiclue":
         problems += task_problems(config)
-    problems += model_config(config).problems()
+    problems += model_problems(model_config(config))
     heads, _ = parse_variant(config.variant)
     if heads != config.model.n_heads:
         problems.append(

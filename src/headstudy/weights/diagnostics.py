@@ -20,9 +20,7 @@ from headstudy.weights.model import CausalSelfAttention, Decoder
 def attention_scores(layer: CausalSelfAttention, x: torch.Tensor) -> torch.Tensor:
     """The layer's pre-softmax scores q.k / sqrt(d) of input x (B, T, C), as its forward
     computes them: (B, H, T, T), the future not yet masked."""
-    batch, length, width = x.shape
-    q, k, _ = layer.query_key_value(x).split(width, dim=2)
-    q, k = (t.view(batch, length, layer.n_heads, layer.head_width).transpose(1, 2) for t in (q, k))
+    q, k, _ = layer.queries_keys_values(x)
     return (q @ k.transpose(-2, -1)) / math.sqrt(layer.head_width)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -26,27 +26,21 @@ class ModelConfig:
     # None means "only when n_heads > 1", as in the course's model.
     mix_heads: bool | None = None
     init_std: float = 0.02
+    # RMS-normalised queries and keys per head (Wortsman et al. 2023), which bounds the attention
+    # logits that a high learning rate can blow up.
+    qk_norm: bool = False
 
     @property
     def has_output_projection(self) -> bool:
         return self.n_heads > 1 if self.mix_heads is None else self.mix_heads
 
-    def problems(self) -> list[str]:
-        """Every inconsistency, phrased with the config keys a user would edit."""
-        found = []
-        for key in ("vocab_size", "context", "width", "n_heads", "n_layers", "mlp_hidden"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                found.append(f"model.{key} must be a positive integer, got {value!r}")
-        if self.mix_heads not in (None, True, False):
-            found.append(f"model.mix_heads must be null, true or false, got {self.mix_heads!r}")
-        if not isinstance(self.init_std, (int, float)) or not self.init_std > 0:
-            found.append(f"model.init_std must be a positive number, got {self.init_std!r}")
-        if not found and self.width % self.n_heads:
-            found.append(
-                f"model.n_heads={self.n_heads} must divide model.width={self.width} (the heads split the width)"
-            )
-        return found
+    def saved(self) -> dict:
+        """The settings as model.pt keeps them, by name. An option that is off is left out: a model
+        saved before the option existed is the same file as one saved with it off."""
+        settings = {key: value for key, value in sorted(asdict(self).items())}
+        if not self.qk_norm:
+            del settings["qk_norm"]
+        return settings
 
 
 class CausalSelfAttention(nn.Module):
@@ -58,6 +52,8 @@ class CausalSelfAttention(nn.Module):
         self.output_projection = (
             nn.Linear(config.width, config.width, bias=True) if config.has_output_projection else None
         )
+        self.query_norm = nn.RMSNorm(self.head_width) if config.qk_norm else None
+        self.key_norm = nn.RMSNorm(self.head_width) if config.qk_norm else None
         causal = torch.ones(config.context, config.context, dtype=torch.bool).tril()
         self.register_buffer("causal_mask", causal, persistent=False)
         # Off unless asked, so training pays nothing for inspection.
@@ -66,12 +62,18 @@ class CausalSelfAttention(nn.Module):
         # One multiplier per head, or None: zeroing a head ablates its output.
         self.head_mask: torch.Tensor | None = None
 
+    def queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each head's queries, keys and values of input x (B, T, C): each (B, H, T, D), D = C / H."""
+        batch, length, width = x.shape
+        q, k, v = self.query_key_value(x).split(width, dim=2)
+        q, k, v = (t.view(batch, length, self.n_heads, self.head_width).transpose(1, 2) for t in (q, k, v))
+        if self.query_norm is not None:
+            q, k = self.query_norm(q), self.key_norm(k)
+        return q, k, v
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape  # (B, T, C)
-        q, k, v = self.query_key_value(x).split(width, dim=2)
-        q, k, v = (  # each (B, H, T, D), D = C / H
-            t.view(batch, length, self.n_heads, self.head_width).transpose(1, 2) for t in (q, k, v)
-        )
+        q, k, v = self.queries_keys_values(x)
         if self.capture_weights:
             heads = self.explicit_attention(q, k, v)
         else:  # the fused kernel: same maths, no (T, T) weights kept for backward
@@ -119,9 +121,6 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        problems = config.problems()
-        if problems:
-            raise ValueError("; ".join(problems))
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.width)
         self.position_embedding = nn.Embedding(config.context, config.width)

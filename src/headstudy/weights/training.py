@@ -13,14 +13,13 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from headstudy.common.errors import ConfigError, first_line
 from headstudy.common.files import staging_path
 from headstudy.weights.batches import stream_batches, training_batch
 from headstudy.weights.model import Decoder, next_token_loss
+from headstudy.weights.settings import OptimizerSettings, TrainerSettings
 
 
 class TrainingBatches(Dataset):
@@ -98,8 +97,12 @@ class TokenDataModule(L.LightningDataModule):
         return DataLoader(share if len(batches) >= self.trainer.world_size else batches, batch_size=None)
 
 
-class TrainingDiverged(ConfigError):
+class TrainingDiverged(Exception):
     """A non-finite loss: the weights are lost, so training stops instead of saving them."""
+
+    def __init__(self, quantity: str, value: float, step: int, max_steps: int, lr: float):
+        super().__init__(f"{quantity} is {value} at step {step} of {max_steps} at learning rate {lr}")
+        self.quantity, self.value, self.step, self.max_steps, self.lr = quantity, value, step, max_steps, lr
 
 
 class LanguageModelModule(L.LightningModule):
@@ -109,7 +112,7 @@ class LanguageModelModule(L.LightningModule):
     nothing this study uses. Lightning still runs it on every device and in every precision:
     `manual_backward` and the optimiser's `step` go through its strategy and precision plugin."""
 
-    def __init__(self, model: Decoder, optimizer: DictConfig, max_steps: int, compile: bool = False):
+    def __init__(self, model: Decoder, optimizer: OptimizerSettings, max_steps: int, compile: bool = False):
         super().__init__()
         self.model = model
         self.optimizer_config = optimizer
@@ -177,12 +180,8 @@ class LanguageModelModule(L.LightningModule):
         if self.logger is not None and self.trainer.is_global_zero:
             self.logger.log_metrics({"val/ppl": ppl}, step=self.global_step)
 
-    def diverged(self, key: str, value: float, step: int) -> None:
-        raise TrainingDiverged(
-            f"training diverged: {key} is {value} at step {step} of "
-            f"trainer.max_steps={self.max_steps}; optimizer.lr={self.optimizer_config.lr} is likely "
-            "too high: lower it (no model was written)"
-        )
+    def diverged(self, quantity: str, value: float, step: int) -> None:
+        raise TrainingDiverged(quantity, value, step, self.max_steps, self.optimizer_config.lr)
 
     def configure_optimizers(self):
         settings = self.optimizer_config
@@ -235,14 +234,18 @@ class ResumeCheckpoint(L.Callback):
             os.replace(partial, self.path)
 
 
-def build_trainer(config: DictConfig, callbacks: list[L.Callback]) -> L.Trainer:
-    """The Trainer that `config.trainer` describes: where it runs (accelerator, devices,
-    num_nodes, strategy) and in which precision. Under DDP Lightning starts the other
-    processes when `fit` begins, each running the same command; `trainer.global_rank` tells
-    them apart from here on. No logger yet: only process 0 gets one."""
-    settings = config.trainer
+class TrainerRefused(Exception):
+    """Lightning cannot run these settings (an unknown accelerator, precision or strategy, or a
+    device that is not there): its own message."""
+
+
+def build_trainer(settings: TrainerSettings, callbacks: list[L.Callback]) -> L.Trainer:
+    """The Trainer that the settings describe: where it runs (accelerator, devices, num_nodes,
+    strategy) and in which precision. Under DDP Lightning starts the other processes when `fit`
+    begins, each running the same command; `trainer.global_rank` tells them apart from here on.
+    No logger yet: only process 0 gets one."""
     try:
-        trainer = L.Trainer(
+        return L.Trainer(
             accelerator=settings.accelerator,
             devices=settings.devices,
             num_nodes=settings.num_nodes,
@@ -261,28 +264,10 @@ def build_trainer(config: DictConfig, callbacks: list[L.Callback]) -> L.Trainer:
             use_distributed_sampler=False,
         )
     except (MisconfigurationException, ValueError, ImportError) as error:  # what Lightning says of a bad choice
-        chosen = ", ".join(
-            f"trainer.{key}={settings[key]}" for key in ("accelerator", "devices", "num_nodes", "strategy", "precision")
-        )
-        raise ConfigError(f"{chosen}: {first_line(error)}") from None
-    if config.data.batch_size % trainer.world_size:
-        raise ConfigError(
-            f"data.batch_size={config.data.batch_size} must be divisible by trainer.devices x "
-            f"trainer.num_nodes = {trainer.world_size} processes (each takes an equal slice of every batch)"
-        )
-    if (
-        str(settings.precision).startswith("bf16")
-        and trainer.strategy.root_device.type == "cuda"
-        and not torch.cuda.is_bf16_supported()
-    ):
-        raise ConfigError(
-            f"trainer.precision={settings.precision}: {torch.cuda.get_device_name()} "
-            "has no bfloat16 support; use 16-mixed or 32-true"
-        )
-    return trainer
+        raise TrainerRefused(str(error)) from None
 
 
-def loss_logging_interval(trainer: DictConfig) -> int:
-    """Steps between two `train/loss` points: trainer.loss_points over the run, and never more
-    than a validation interval (Lightning's epoch here: it warns about an epoch that logs nothing)."""
-    return max(1, min(trainer.max_steps // trainer.loss_points, trainer.val_every_steps))
+def loss_logging_interval(settings: TrainerSettings) -> int:
+    """Steps between two `train/loss` points: loss_points over the run, and never more than a
+    validation interval (Lightning's epoch here: it warns about an epoch that logs nothing)."""
+    return max(1, min(settings.max_steps // settings.loss_points, settings.val_every_steps))

@@ -1,0 +1,66 @@
+"""The boundary between a stage's config and the training recipe: the typed settings built from
+the config's keys, and the recipe's refusals and failures said in those keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from headstudy.bookkeeping import jobs
+from headstudy.common.errors import ConfigError, first_line
+from headstudy.weights.model import ModelConfig
+from headstudy.weights.recipe import Training, prepare_training
+from headstudy.weights.settings import OptimizerSettings, TrainerSettings, TrainingSettings
+from headstudy.weights.training import TrainerRefused, TrainingDiverged
+
+PLACEMENT_KEYS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+
+
+def training_settings(config: DictConfig) -> TrainingSettings:
+    optimizer = OmegaConf.to_container(config.optimizer)
+    trainer = OmegaConf.to_container(config.trainer)
+    return TrainingSettings(
+        model=ModelConfig(**OmegaConf.to_container(config.model)),
+        optimizer=OptimizerSettings(**{**optimizer, "betas": tuple(optimizer["betas"])}),
+        trainer=TrainerSettings(**trainer),
+        batch_size=config.data.batch_size,
+        seed=config.seed,
+    )
+
+
+def start_training(config: DictConfig, train_tokens: np.ndarray, valid_tokens: np.ndarray, callbacks: list) -> Training:
+    """The recipe, ready to fit, on the thread count this job may use; a trainer setting that
+    Lightning or this machine cannot take is refused naming its key."""
+    settings = config.trainer
+    try:
+        training = prepare_training(
+            training_settings(config), train_tokens, valid_tokens, callbacks, jobs.torch_threads(config.threads)
+        )
+    except TrainerRefused as error:
+        chosen = ", ".join(f"trainer.{key}={settings[key]}" for key in PLACEMENT_KEYS)
+        raise ConfigError(f"{chosen}: {first_line(error)}") from None
+    world_size = training.trainer.world_size
+    if config.data.batch_size % world_size:
+        raise ConfigError(
+            f"data.batch_size={config.data.batch_size} must be divisible by trainer.devices x "
+            f"trainer.num_nodes = {world_size} processes (each takes an equal slice of every batch)"
+        )
+    if (
+        str(settings.precision).startswith("bf16")
+        and training.trainer.strategy.root_device.type == "cuda"
+        and not torch.cuda.is_bf16_supported()
+    ):
+        raise ConfigError(
+            f"trainer.precision={settings.precision}: {torch.cuda.get_device_name()} "
+            "has no bfloat16 support; use 16-mixed or 32-true"
+        )
+    return training
+
+
+def diverged(error: TrainingDiverged) -> ConfigError:
+    return ConfigError(
+        f"training diverged: {error.quantity} is {error.value} at step {error.step} of "
+        f"trainer.max_steps={error.max_steps}; optimizer.lr={error.lr} is likely too high: lower it "
+        "(no model was written)"
+    )
