@@ -109,6 +109,11 @@ def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
     params["report"]["compare"] = [
         pair for pair in params["report"].get("compare", []) if {str(v) for v in pair} <= variants
     ]
+    claim = params["report"].get("chapter_claim")  # configure refuses a claim beside no comparison
+    if claim and [str(claim["a"]), str(claim["b"])] not in [
+        [str(v) for v in pair] for pair in params["report"]["compare"]
+    ]:
+        del params["report"]["chapter_claim"]
     if params["data"]["corpus"] == "textdir":
         write_small_corpus(project / params["data"]["dir"])
         params["inspect"] = {"sentence": SMALL_CORPUS_SENTENCE}

@@ -22,6 +22,7 @@ from headstudy.settings.compose import (
     PARAMS_FILE,
     check_variant_settings,
     compose_config,
+    is_number,
     read_params,
     stage_config,
 )
@@ -171,6 +172,7 @@ def check_report(params: dict) -> dict:
                 f"report.compare in {PARAMS_FILE} pairs {pair!r}, but study.variants ({', '.join(variants)}) "
                 f"has no {' and no '.join(missing)}: add it to study.variants or remove the pair"
             )
+    check_chapter_claim(report.get("chapter_claim"), variants, compare)
     limit = report.get("pool_if_variance_ratio_below")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 1):
         raise ConfigError(
@@ -178,6 +180,43 @@ def check_report(params: dict) -> dict:
             f"variances), got {limit!r}"
         )
     return report
+
+
+CLAIM_KEYS = ("a", "b", "ppl_a", "ppl_b")
+
+
+def check_chapter_claim(claim, variants: list[str], compare: list) -> None:
+    """report.chapter_claim, the course chapter's perplexities of variants A and B, set beside our
+    comparison [A, B] of report.compare: the report would crash on a missing or non-numeric
+    perplexity, and silently leave the claim out where that comparison is not made."""
+    if claim is None:  # no claim to show
+        return
+    expected = "expected {a: VARIANT, b: VARIANT, ppl_a: PERPLEXITY, ppl_b: PERPLEXITY}"
+    if not isinstance(claim, dict):
+        raise ConfigError(f"report.chapter_claim in {PARAMS_FILE}: {expected}, got {claim!r}")
+    missing = [key for key in CLAIM_KEYS if key not in claim]
+    unknown = [str(key) for key in claim if key not in CLAIM_KEYS]
+    if missing or unknown:
+        wrong = [f"no {', '.join(missing)}"] * bool(missing) + [f"unknown {', '.join(unknown)}"] * bool(unknown)
+        raise ConfigError(f"report.chapter_claim in {PARAMS_FILE}: {expected}, got {'; '.join(wrong)}")
+    for key in ("ppl_a", "ppl_b"):
+        if not is_number(claim[key]) or claim[key] <= 0:
+            raise ConfigError(
+                f"report.chapter_claim.{key} in {PARAMS_FILE}: expected a positive number (the chapter's "
+                f"perplexity of variant {claim[key[-1]]}), got {claim[key]!r}"
+            )
+    for key in ("a", "b"):
+        if isinstance(claim[key], bool) or str(claim[key]) not in variants:
+            raise ConfigError(
+                f"report.chapter_claim.{key} in {PARAMS_FILE} names variant {claim[key]!r}, but study.variants "
+                f"({', '.join(variants)}) has no such variant: the report could only leave the claim out"
+            )
+    pair = [str(claim["a"]), str(claim["b"])]
+    if pair not in [[str(variant) for variant in other] for other in compare]:
+        raise ConfigError(
+            f"report.chapter_claim in {PARAMS_FILE} sets the chapter beside the comparison [{', '.join(pair)}], "
+            f"which report.compare does not make: add the pair to report.compare, or remove the claim"
+        )
 
 
 def check_waiting_variants(params: dict, models: list[dict]) -> None:
