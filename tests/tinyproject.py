@@ -94,7 +94,7 @@ def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
     """A git repository with DVC initialised and one commit: the pipeline, not yet run."""
     project.mkdir(parents=True, exist_ok=True)
     # The budget evidence is a committed file that the report reads; the studies' own pipelines stay out.
-    for item in ("dvc.yaml", "conf", "src", ".gitignore", "studies/budget/metrics/curves"):
+    for item in ("dvc.yaml", "conf", "src", "corpus", ".gitignore", "studies/budget/metrics/curves"):
         source = ROOT / item
         if source.is_dir():
             shutil.copytree(source, project / item, ignore=shutil.ignore_patterns("__pycache__"))
