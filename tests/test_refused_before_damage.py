@@ -370,3 +370,24 @@ def test_a_key_given_twice_in_params_yaml_is_refused_as_dvc_refuses_it(study, ca
     line = refused(capsys, *command)
     assert "params.yaml gives trainer.max_steps (lines " in line and "more than once: keep one" in line, line
     assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize("command", ["diagnose", "evaluate"])
+def test_a_command_that_lightning_stops_by_sigterm_exits_143_as_train_does(study, capsys, monkeypatch, command):
+    """Lightning ends a fit stopped by SIGTERM in a SystemExit of status 0: diagnose exited 0 and
+    wrote nothing, where train exits 143 (issue 41, item 4)."""
+    import importlib
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    def stopped(config):
+        raise SIGTERMException
+
+    study(SMALL)
+    monkeypatch.setattr(importlib.import_module(f"headstudy.{command}"), "main", stopped)
+    hand = [f"paths.{key}=hand/{key}" for key in ("models", "metrics", "checkpoints", "prepared")]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main([command, "model=tiny", *hand])
+    assert stop.value.code == 143
+    assert f"headstudy {command}: stopped by SIGTERM before it finished" in capsys.readouterr().err
