@@ -352,7 +352,7 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
     project = tmp_path / "study"
     project.mkdir()
     shutil.copy(ROOT / "dvc.yaml", project)
-    for folder in ("conf", "src"):
+    for folder in ("conf", "src", "corpus"):
         shutil.copytree(ROOT / folder, project / folder, ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}

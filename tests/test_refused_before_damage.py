@@ -284,3 +284,110 @@ def test_a_report_outside_the_project_refuses_figures_that_are_not_in_it(report_
     line = refused(capsys, "report", f"paths.reports={elsewhere}")
     assert "heads.json names the figure 'reports/figures/heads/" in line and "`headstudy inspect`" in line
     assert files_in(elsewhere) == before
+
+
+# Settings that configure did not check, so that a later stage crashed after DVC had removed its
+# outputs (issue 41): the chapter's claim, the precision, an emptied section, a key given twice.
+CLAIM = {"a": 1, "b": 4, "ppl_a": 46.1, "ppl_b": 43.2}
+
+
+@pytest.mark.parametrize(
+    "claim, named",
+    [
+        ({"a": 1, "b": 4, "ppl_a": 46.1}, "report.chapter_claim in params.yaml: expected {a: VARIANT, b: VARIANT, "),
+        ({**CLAIM, "ppl_b": "43.2"}, "report.chapter_claim.ppl_b in params.yaml: expected a positive number"),
+        ({**CLAIM, "ppl_a": "forty"}, "report.chapter_claim.ppl_a in params.yaml: expected a positive number"),
+        ("four heads win", "report.chapter_claim in params.yaml: expected {a: VARIANT"),
+        ({**CLAIM, "ppl_b": -43.2}, "report.chapter_claim.ppl_b in params.yaml: expected a positive number"),
+        ({**CLAIM, "ppl_a": 0}, "report.chapter_claim.ppl_a in params.yaml: expected a positive number"),
+        ({**CLAIM, "b": 8}, "report.chapter_claim.b in params.yaml names variant 8, but study.variants (1, 4)"),
+        (
+            {**CLAIM, "a": 4, "b": 1},
+            "report.chapter_claim in params.yaml sets the chapter beside the comparison [4, 1]",
+        ),
+    ],
+    ids=["missing-ppl_b", "text", "word", "plain-string", "negative", "zero", "outside-the-study", "no-comparison"],
+)
+def test_configure_refuses_a_chapter_claim_the_report_would_crash_on_or_drop(study, capsys, claim, named):
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params["report"]["chapter_claim"] = claim
+    before = study(params)
+    line = refused(capsys, "configure")
+    assert named in line, line
+    assert files_in(Path.cwd()) == before
+
+
+def test_configure_writes_a_chapter_claim_beside_its_comparison(study, capsys):
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params["report"]["chapter_claim"] = CLAIM
+    study(params)
+    main(["configure"])
+    assert yaml.safe_load(Path("configs/report.yaml").read_text())["report"]["chapter_claim"] == CLAIM
+
+
+@pytest.mark.parametrize("precision", ["fp8", "16-true", "bf16-true", "64-true", "16-mixed", "transformer-engine", 32])
+@pytest.mark.parametrize("command", ["configure", "config"])
+def test_a_precision_the_trainer_does_not_support_on_a_cpu_is_refused_naming_the_supported(
+    study, capsys, monkeypatch, command, precision
+):
+    import torch
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)  # bf16-mixed is one of them
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params["trainer"]["precision"] = precision
+    before = study(params)
+    line = refused(capsys, command)
+    assert f"trainer.precision must be one of 32-true, bf16-mixed on a CPU, got {precision!r}" in line, line
+    assert ("in bfloat16" in line) == (precision == "16-mixed")
+    assert files_in(Path.cwd()) == before
+
+
+def test_a_gpu_training_may_take_16_mixed_but_not_half_weights(study, capsys):
+    study(SMALL)
+    main(["config", "trainer=gpu", "trainer.precision=16-mixed"])
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["precision"] == "16-mixed"
+    line = refused(capsys, "config", "trainer=gpu", "trainer.precision=bf16-true")
+    assert "trainer.precision must be one of 32-true, bf16-mixed, 16-mixed with trainer.accelerator=gpu" in line
+
+
+@pytest.mark.parametrize("section", ["trainer", "model"])
+def test_configure_refuses_a_section_whose_keys_were_removed(study, capsys, section):
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params[section] = None  # `trainer:` left without its keys (Hydra took the null for a group choice)
+    before = study(params)
+    line = refused(capsys, "configure")
+    assert f"params.yaml: the section {section}: is empty: expected its keys" in line, line
+    assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize("command", [["configure"], ["config"], ["train", "variant=4"]])
+def test_a_key_given_twice_in_params_yaml_is_refused_as_dvc_refuses_it(study, capsys, command):
+    before = study(SMALL)
+    text = Path("params.yaml").read_text()
+    assert "  max_steps: 20\n" in text
+    Path("params.yaml").write_text(text.replace("  max_steps: 20\n", "  max_steps: 20\n  max_steps: 40\n"))
+    before["params.yaml"] = Path("params.yaml").read_bytes()
+    line = refused(capsys, *command)
+    assert "params.yaml gives trainer.max_steps (lines " in line and "more than once: keep one" in line, line
+    assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize("command", ["diagnose", "evaluate"])
+def test_a_command_that_lightning_stops_by_sigterm_exits_143_as_train_does(study, capsys, monkeypatch, command):
+    """Lightning ends a fit stopped by SIGTERM in a SystemExit of status 0: diagnose exited 0 and
+    wrote nothing, where train exits 143 (issue 41, item 4)."""
+    import importlib
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    def stopped(config):
+        raise SIGTERMException
+
+    study(SMALL)
+    monkeypatch.setattr(importlib.import_module(f"headstudy.{command}"), "main", stopped)
+    hand = [f"paths.{key}=hand/{key}" for key in ("models", "metrics", "checkpoints", "prepared")]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main([command, "model=tiny", *hand])
+    assert stop.value.code == 143
+    assert f"headstudy {command}: stopped by SIGTERM before it finished" in capsys.readouterr().err

@@ -73,6 +73,7 @@ def tiny_project(project: Path) -> None:
         trainer={"max_steps": 25, "val_every_steps": 10},
     )
     params["report"]["compare"] = []  # one variant: no pairs (configure refuses pairs of absent variants)
+    params["report"].pop("chapter_claim")  # and a claim beside no comparison
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     command(project, "git", "init", "-q")
     command(project, "dvc", "init", "-q")

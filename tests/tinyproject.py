@@ -94,7 +94,7 @@ def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
     """A git repository with DVC initialised and one commit: the pipeline, not yet run."""
     project.mkdir(parents=True, exist_ok=True)
     # The budget evidence is a committed file that the report reads; the studies' own pipelines stay out.
-    for item in ("dvc.yaml", "conf", "src", ".gitignore", "studies/budget/metrics/curves"):
+    for item in ("dvc.yaml", "conf", "src", "corpus", ".gitignore", "studies/budget/metrics/curves"):
         source = ROOT / item
         if source.is_dir():
             shutil.copytree(source, project / item, ignore=shutil.ignore_patterns("__pycache__"))
@@ -109,6 +109,11 @@ def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
     params["report"]["compare"] = [
         pair for pair in params["report"].get("compare", []) if {str(v) for v in pair} <= variants
     ]
+    claim = params["report"].get("chapter_claim")  # configure refuses a claim beside no comparison
+    if claim and [str(claim["a"]), str(claim["b"])] not in [
+        [str(v) for v in pair] for pair in params["report"]["compare"]
+    ]:
+        del params["report"]["chapter_claim"]
     if params["data"]["corpus"] == "textdir":
         write_small_corpus(project / params["data"]["dir"])
         params["inspect"] = {"sentence": SMALL_CORPUS_SENTENCE}

@@ -320,3 +320,11 @@ def dispatch(args: list[str]) -> None:
     except ConfigError as error:
         print(f"headstudy {command}: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except SystemExit as stop:
+        # Lightning ends a fit stopped by SIGTERM in a SystemExit of status 0 (SIGTERMException),
+        # which would let a stage that wrote nothing (diagnose) look done: 143 (128 + SIGTERM), as
+        # train exits. Told by name: importing Lightning here would slow every command.
+        if type(stop).__name__ != "SIGTERMException":
+            raise
+        print(f"headstudy {command}: stopped by SIGTERM before it finished", file=sys.stderr)
+        sys.exit(143)

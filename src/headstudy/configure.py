@@ -9,9 +9,11 @@ every file is composed and checked."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from headstudy.common.errors import ConfigError
@@ -22,6 +24,7 @@ from headstudy.settings.compose import (
     PARAMS_FILE,
     check_variant_settings,
     compose_config,
+    is_number,
     read_params,
     stage_config,
 )
@@ -171,6 +174,7 @@ def check_report(params: dict) -> dict:
                 f"report.compare in {PARAMS_FILE} pairs {pair!r}, but study.variants ({', '.join(variants)}) "
                 f"has no {' and no '.join(missing)}: add it to study.variants or remove the pair"
             )
+    check_chapter_claim(report.get("chapter_claim"), variants, compare)
     limit = report.get("pool_if_variance_ratio_below")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 1):
         raise ConfigError(
@@ -178,6 +182,43 @@ def check_report(params: dict) -> dict:
             f"variances), got {limit!r}"
         )
     return report
+
+
+CLAIM_KEYS = ("a", "b", "ppl_a", "ppl_b")
+
+
+def check_chapter_claim(claim, variants: list[str], compare: list) -> None:
+    """report.chapter_claim, the course chapter's perplexities of variants A and B, set beside our
+    comparison [A, B] of report.compare: the report would crash on a missing or non-numeric
+    perplexity, and silently leave the claim out where that comparison is not made."""
+    if claim is None:  # no claim to show
+        return
+    expected = "expected {a: VARIANT, b: VARIANT, ppl_a: PERPLEXITY, ppl_b: PERPLEXITY}"
+    if not isinstance(claim, dict):
+        raise ConfigError(f"report.chapter_claim in {PARAMS_FILE}: {expected}, got {claim!r}")
+    missing = [key for key in CLAIM_KEYS if key not in claim]
+    unknown = [str(key) for key in claim if key not in CLAIM_KEYS]
+    if missing or unknown:
+        wrong = [f"no {', '.join(missing)}"] * bool(missing) + [f"unknown {', '.join(unknown)}"] * bool(unknown)
+        raise ConfigError(f"report.chapter_claim in {PARAMS_FILE}: {expected}, got {'; '.join(wrong)}")
+    for key in ("ppl_a", "ppl_b"):
+        if not is_number(claim[key]) or claim[key] <= 0:
+            raise ConfigError(
+                f"report.chapter_claim.{key} in {PARAMS_FILE}: expected a positive number (the chapter's "
+                f"perplexity of variant {claim[key[-1]]}), got {claim[key]!r}"
+            )
+    for key in ("a", "b"):
+        if isinstance(claim[key], bool) or str(claim[key]) not in variants:
+            raise ConfigError(
+                f"report.chapter_claim.{key} in {PARAMS_FILE} names variant {claim[key]!r}, but study.variants "
+                f"({', '.join(variants)}) has no such variant: the report could only leave the claim out"
+            )
+    pair = [str(claim["a"]), str(claim["b"])]
+    if pair not in [[str(variant) for variant in other] for other in compare]:
+        raise ConfigError(
+            f"report.chapter_claim in {PARAMS_FILE} sets the chapter beside the comparison [{', '.join(pair)}], "
+            f"which report.compare does not make: add the pair to report.compare, or remove the claim"
+        )
 
 
 def check_waiting_variants(params: dict, models: list[dict]) -> None:
@@ -217,9 +258,12 @@ def expected_file(relative: str, params: dict) -> DictConfig | None:
     if relative.startswith("prepare/k") and relative.removeprefix("prepare/k").removesuffix(".yaml").isdigit():
         clues = int(relative.removeprefix("prepare/k").removesuffix(".yaml"))
         return task_file(clues, params) if clues in (params["study"].get("clues") or []) else None
-    if relative in ("prepare.yaml", "baselines.yaml"):
+    if relative == "prepare.yaml":
         study_models(params)
-        return stage_config(relative.removesuffix(".yaml"), compose_config([], params))
+        return prepare_file(compose_config([], params))
+    if relative == "baselines.yaml":
+        study_models(params)
+        return stage_config("baselines", compose_config([], params))
     if relative == "report.yaml":
         models = study_models(params)
         return report_file(params, models, check_report(params), compose_config([], params))
@@ -270,7 +314,7 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     shared = compose_config(list(overrides), params)
     for clues in dict.fromkeys(model["clues"] for model in models if model["clues"] is not None):
         files[f"prepare/k{clues}.yaml"] = task_file(clues, params, overrides)
-    files["prepare.yaml"] = stage_config("prepare", shared)
+    files["prepare.yaml"] = prepare_file(shared)
     files["baselines.yaml"] = stage_config("baselines", shared)
     inspect = stage_config("inspect", shared)
     inspect.models = [
@@ -279,6 +323,57 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     files["inspect.yaml"] = inspect
     files["report.yaml"] = report_file(params, models, report, shared)
     return files
+
+
+def prepare_file(config: DictConfig) -> DictConfig:
+    """prepare's config; for a study on its own corpus (data.corpus: textdir), with the sha256 of
+    every .txt file that prepare reads (corpus_sha256): a corpus file edited, added or removed
+    changes configs/prepare.yaml, so DVC reruns prepare and all that depends on it. The configure
+    stage depends on the corpus folder (check_corpus_dependency); every other corpus adds nothing."""
+    prepare = stage_config("prepare", config)
+    if config.data.get("corpus") == "textdir":
+        prepare.corpus_sha256 = corpus_digests(str(config.data.dir))
+    return prepare
+
+
+def corpus_digests(folder: str) -> list[str]:
+    """`SHA256  PATH` of each .txt file under the folder, PATH relative to it, in the order
+    prepare reads them (prepare.read_text_folder)."""
+    root = Path(folder)
+    files = sorted(root.rglob("*.txt")) if root.is_dir() else []
+    if not files:
+        raise ConfigError(f"data.dir={folder}: expected a folder holding .txt files, found none")
+    digests = []
+    for path in files:
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as error:  # a broken link, a folder named .txt, no permission
+            raise ConfigError(
+                f"{path} cannot be read ({error.strerror or error}): data.dir must hold only text files"
+            ) from None
+        digests.append(f"{digest}  {path.relative_to(root).as_posix()}")
+    return digests
+
+
+def check_corpus_dependency(prepare: DictConfig, pipeline: Path = Path("dvc.yaml")) -> None:
+    """A textdir corpus must lie in a folder that this study's configure stage depends on (the
+    project's corpus/): else DVC would never rerun configure when the corpus changes, and every
+    result would stay that of the old text. A study without a dvc.yaml reruns nothing by itself."""
+    if prepare.data.get("corpus") != "textdir" or not pipeline.is_file():
+        return
+    try:
+        stages = (yaml.safe_load(pipeline.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
+        return  # DVC names what is wrong with its own file
+    deps = (stages.get("configure") or {}).get("deps") or [] if isinstance(stages, dict) else []
+    folder = Path(prepare.data.dir).resolve()
+    tracked = [Path(dep).resolve() for dep in deps if isinstance(dep, str)]
+    if not any(dep == folder or dep in folder.parents for dep in tracked):
+        raise ConfigError(
+            f"data.dir={prepare.data.dir} is in no folder that the configure stage of {pipeline} depends on "
+            f"({', '.join(str(dep) for dep in deps if isinstance(dep, str))}), so a change of the corpus would "
+            "rerun nothing: put the .txt files in corpus/, or add the folder to that stage's deps"
+        )
 
 
 def report_file(params: dict, models: list[dict], report: dict, shared: DictConfig) -> DictConfig:
@@ -294,6 +389,7 @@ def report_file(params: dict, models: list[dict], report: dict, shared: DictConf
 
 def configure(folder: Path = CONFIGS) -> None:
     files = resolve(read_params(required=True))
+    check_corpus_dependency(files["prepare.yaml"])
     with staged_folder(folder) as staging:
         for relative, config in files.items():
             path = staging / relative

@@ -55,16 +55,51 @@ def read_params(path: Path = PARAMS_FILE, required: bool = False) -> dict:
             raise ConfigError(f"{path} not found: run this in the folder of a study (the project root or studies/NAME)")
         return {}
     try:
-        params = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})"
+        ) from None
+    try:
+        repeated = repeated_keys(yaml.compose(text))
+        params = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"{path} is not valid YAML ({first_line(error)})") from None
+    if repeated:  # YAML would keep the last silently, and DVC refuses the file: refused alike here
+        raise ConfigError(
+            f"{path} gives {', '.join(repeated)} more than once: keep one (YAML would silently take the last, "
+            "and DVC refuses the file)"
+        )
     if params is None:
         return {}
     if not isinstance(params, dict):
         raise ConfigError(
             f"{path}: expected a mapping of sections (study:, trainer:, ...), got {type(params).__name__}"
         )
+    empty = [section for section, values in params.items() if values is None or values == {}]
+    if empty:  # `trainer:` with its keys removed: a null that Hydra would take for a group choice
+        raise ConfigError(
+            f"{path}: the section {', '.join(f'{name}:' for name in map(str, empty))} is empty: expected its keys "
+            f"(such as {empty[0]}.KEY: VALUE), or leave the section out"
+        )
     return params
+
+
+def repeated_keys(node: yaml.Node | None, prefix: str = "") -> list[str]:
+    """The dotted keys that a mapping of this YAML document gives twice, with their lines."""
+    if isinstance(node, yaml.SequenceNode):
+        return [key for item in node.value for key in repeated_keys(item, prefix)]
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    repeated, seen = [], {}
+    for key_node, value_node in node.value:
+        key = f"{prefix}{key_node.value}" if isinstance(key_node, yaml.ScalarNode) else None
+        if key is not None and key in seen:
+            repeated.append(f"{key} (lines {seen[key] + 1} and {key_node.start_mark.line + 1})")
+        elif key is not None:
+            seen[key] = key_node.start_mark.line
+        repeated += repeated_keys(value_node, f"{key}." if key is not None else prefix)
+    return repeated
 
 
 # Settings that conf/ leaves out on purpose: absent, they keep their default, so the configs of
@@ -380,16 +415,36 @@ def device_problems(trainer: DictConfig) -> list[str]:
     return problems
 
 
+# The precisions this trainer trains in, by the device: float32 everywhere; bfloat16 autocast on
+# a GPU and on a CPU that computes bfloat16 natively (checked below); float16 autocast on a GPU
+# only, since on a CPU Lightning runs 16-mixed in bfloat16 while the run would record 16-mixed.
+# Weights held in half precision (16-true, bf16-true), 64-true and transformer-engine's are none:
+# the evaluation and the saved model expect float32 weights.
+PRECISIONS = {"cpu": ("32-true", "bf16-mixed"), "gpu": ("32-true", "bf16-mixed", "16-mixed")}
+
+
 def precision_problems(trainer: DictConfig) -> list[str]:
-    """bfloat16 on a CPU that has no native bfloat16 (AVX-512 BF16 or AMX): PyTorch emulates it
-    there, slower than float32, so the setting would cost time and buy nothing."""
-    precision = str(trainer.get("precision"))
-    if not precision.startswith("bf16") or trainer.get("accelerator") not in ("cpu", "auto"):
+    """trainer.precision only from the values the trainer supports on the device it trains on
+    (trainer.accelerator; `auto` is a GPU where one is visible), and bfloat16 on a CPU only where
+    the CPU has native bfloat16 (AVX-512 BF16 or AMX): PyTorch emulates it elsewhere, slower than
+    float32, so the setting would cost time and buy nothing."""
+    precision = trainer.get("precision")
+    accelerator = trainer.get("accelerator")
+    if accelerator == "auto":
+        import torch
+
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    device = "cpu" if accelerator == "cpu" else "gpu"
+    if not isinstance(precision, str) or precision not in PRECISIONS[device]:
+        where = "on a CPU" if device == "cpu" else f"with trainer.accelerator={trainer.get('accelerator')}"
+        return [
+            f"trainer.precision must be one of {', '.join(PRECISIONS[device])} {where}, got {precision!r}"
+            + (" (on a CPU Lightning would run 16-mixed in bfloat16)" if precision == "16-mixed" else "")
+        ]
+    if not precision.startswith("bf16") or device != "cpu":
         return []
     import torch
 
-    if trainer.accelerator == "auto" and torch.cuda.is_available():
-        return []
     if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
         return []
     return [
