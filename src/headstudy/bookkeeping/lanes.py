@@ -310,6 +310,8 @@ def run(
     stopped: list[int] = []
 
     if not waiting:
+        if order_locks:  # a lock file that lanes killed outright (SIGKILL) left out of order
+            put_locks_in_order(root, plan)
         say(f"lanes: all {len(plan.order)} stages are up to date")
         return 0
     say(f"lanes: {total} of {len(plan.order)} stages to check or run, in {lanes} lane{'s' * (lanes != 1)}")
