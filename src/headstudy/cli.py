@@ -37,12 +37,14 @@ COMMANDS = {
     "config": ("data", "model", "trainer", "optimizer", "baselines", "inspect", "diagnose"),
     "reproduce": (),
     "experiments": (),
+    "lanes": (),
 }
 ARGUMENTS = {
     "reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]",
     "configure": "",
     "fingerprint": "",
     "experiments": "[dvc exp show options]",
+    "lanes": "[-j N] [TARGET ...]",
 }
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""
@@ -294,7 +296,7 @@ def dispatch(args: list[str]) -> None:
     try:
         # Hydra's own flags (--cfg job, --multirun): headstudy composes with Hydra but is no Hydra app.
         flags = [arg for arg in rest if arg.startswith("-") and arg != "--config"]
-        if flags and command != "experiments":
+        if flags and command not in ("experiments", "lanes"):
             raise ConfigError(
                 f"{flags[0]} is not an option of headstudy; settings are key=value, and "
                 "`headstudy config [key=value ...]` prints the config they compose"

@@ -1,0 +1,233 @@
+"""`headstudy lanes`: `dvc repro` in N lanes writes what a plain sequential `dvc repro` writes (the
+lock file byte for byte, every output), stops cleanly on a failing stage or a signal, and a rerun
+continues to the same result."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import assert_nothing_half_written, default_signals
+from tinyproject import REPRODUCED, edit_params, environment, make_project, run
+
+from headstudy.bookkeeping import lanes
+from headstudy.common.errors import ConfigError
+from headstudy.lanes import parse
+
+
+def test_lock_order_keeps_the_last_commits_entries_then_follows_dvcs_plan():
+    planned = ["fingerprint", "configure", "prepare", "train@1-0", "train@4-0", "report"]
+    # A new study: DVC's plan order, whatever order the lanes finished in.
+    assert lanes.canonical_order(["configure", "fingerprint", "train@4-0", "prepare", "train@1-0"], [], planned) == [
+        "fingerprint",
+        "configure",
+        "prepare",
+        "train@1-0",
+        "train@4-0",
+    ]
+    # Entries of the last commit keep their places, as a plain `dvc repro` keeps them; new ones follow.
+    committed = ["prepare", "train@4-0", "fingerprint", "configure", "gone@1"]
+    current = ["prepare", "train@4-0", "report", "fingerprint", "configure", "train@1-0"]
+    assert lanes.canonical_order(current, committed, planned) == [
+        "prepare",
+        "train@4-0",
+        "fingerprint",
+        "configure",
+        "train@1-0",
+        "report",
+    ]
+
+
+def test_lane_count_and_targets_from_the_command_line():
+    assert parse(["-j", "3"]) == (3, ["dvc.yaml"])
+    assert parse(["-j2", "studies/lr-tuning/dvc.yaml"]) == (2, ["studies/lr-tuning/dvc.yaml"])
+    assert parse(["--jobs=1"])[0] == 1
+    for bad in (["-j", "0"], ["-j", "two"], ["--fast"], ["-j"]):
+        with pytest.raises(ConfigError):
+            parse(bad)
+
+
+class FakeLane:
+    """A stage that finishes at once with the given exit code, recording what ran beside it."""
+
+    codes: dict[str, int] = {}
+    started: list[str] = []
+    running: set[str] = set()
+    most = 0
+    seen_done: dict[str, set[str]] = {}
+
+    def __init__(self, stage, root, say, finished):
+        cls = type(self)
+        self.stage = stage
+        cls.started.append(stage)
+        cls.running.add(stage)
+        cls.most = max(cls.most, len(cls.running))
+        finished.put((self, cls.codes.get(stage, 0)))
+
+    def wait_for_commands(self):
+        type(self).running.discard(self.stage)
+
+    def interrupt(self, number):
+        pass
+
+    def error_line(self):
+        return f"headstudy {self.stage}: error: it broke"
+
+
+def fake_plan() -> lanes.Plan:
+    """fingerprint, then prepare, then four trainings, each evaluated, then the report."""
+    trains = [f"train@{n}" for n in range(4)]
+    evaluates = [f"evaluate@{n}" for n in range(4)]
+    upstream = {"fingerprint": [], "prepare": ["fingerprint"], "report": evaluates}
+    upstream |= {train: ["prepare"] for train in trains}
+    upstream |= {evaluate: [train] for evaluate, train in zip(evaluates, trains, strict=True)}
+    order = ["fingerprint", "prepare", *trains, *evaluates, "report"]
+    return lanes.Plan(order, upstream, [stage for stage in order if stage != "fingerprint"], {})
+
+
+def run_fake(count: int, codes: dict[str, int]):
+    FakeLane.codes, FakeLane.started, FakeLane.running, FakeLane.most = codes, [], set(), 0
+    said = []
+    plan = fake_plan()
+    try:
+        return lanes.run(Path("."), [], count, say=said.append, start=FakeLane, plan=plan, order_locks=False), said
+    finally:
+        assert not FakeLane.running
+
+
+def test_each_stage_starts_after_those_it_depends_on_and_at_most_n_at_a_time():
+    code, said = run_fake(3, {})
+    assert code == 0
+    plan = fake_plan()
+    started = FakeLane.started
+    assert sorted(started) == sorted(plan.stale)  # fingerprint was up to date: not run
+    for stage in started:
+        assert all(started.index(above) < started.index(stage) for above in plan.upstream[stage] if above in started)
+    assert FakeLane.most == 3
+    assert said[-1] == "lanes: all 10 stages done"
+    assert any(line.startswith("lanes: start train@") and "of 10 done; running: " in line for line in said)
+    run_fake(1, {})
+    assert FakeLane.most == 1
+
+
+def test_a_failing_stage_starts_nothing_new_lets_the_running_finish_and_is_named_in_one_line():
+    with pytest.raises(ConfigError) as raised:
+        run_fake(2, {"train@0": 1})
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("stage train@0 failed: headstudy train@0: error: it broke")
+    # train@1 was running beside it and finished; nothing after the failure started.
+    assert FakeLane.started == ["prepare", "train@0", "train@1"]
+    assert "(2 of 10 stages done and recorded;" in message
+
+
+def tree_digests(project: Path) -> dict[str, str]:
+    """Every output file of the study, by its sha256."""
+    found = {}
+    for folder in ("models", "metrics", "reports", "configs", "fingerprints", "data/prepared"):
+        for path in sorted((project / folder).rglob("*")):
+            if path.is_file():
+                found[str(path.relative_to(project))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.fixture(scope="module")
+def plain_repro(tmp_path_factory) -> Path:
+    """tinyproject.REPRODUCED after a plain sequential `dvc repro`, with Python's hash seed fixed
+    (DVC's order of stages depends on it)."""
+    project = make_project(tmp_path_factory.mktemp("lanes") / "plain", REPRODUCED)
+    run(project, "dvc", "repro", env={**environment(), "PYTHONHASHSEED": "0"})
+    return project
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [2, 1])
+def test_lanes_write_the_lock_and_outputs_of_a_plain_dvc_repro(plain_repro, tmp_path, count):
+    project = make_project(tmp_path / "project", REPRODUCED)
+    result = run(project, "headstudy", "lanes", "-j", str(count))
+    assert "lanes: all 10 stages done" in result.stdout
+    assert (project / "dvc.lock").read_text() == (plain_repro / "dvc.lock").read_text()
+    assert tree_digests(project) == tree_digests(plain_repro)
+    assert "lanes: all 10 stages are up to date" in run(project, "headstudy", "lanes").stdout
+    assert "Data and pipelines are up to date" in run(project, "dvc", "status").stdout
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, f"lanes ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.05)
+
+
+def read_output(process: subprocess.Popen, lines: list[str]) -> threading.Thread:
+    def read():
+        for line in process.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader
+
+
+@pytest.mark.slow
+def test_lanes_stopped_mid_study_by_ctrl_c_then_rerun_give_the_same_result(plain_repro, tmp_path):
+    project = make_project(tmp_path / "project", REPRODUCED)
+    # Ctrl-C at a terminal: SIGINT to the lanes' process group, while a training runs.
+    lines: list[str] = []
+    stopped = subprocess.Popen(
+        ["headstudy", "lanes", "-j", "2"],
+        cwd=project,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_signals,
+    )
+    reader = read_output(stopped, lines)
+    checkpoints = project / "checkpoints"
+    wait_for(lambda: list(checkpoints.glob("h*-s0-*/last.ckpt")), "a training's checkpoint", stopped)
+    os.killpg(stopped.pid, signal.SIGINT)
+    assert stopped.wait(timeout=120) == 128 + signal.SIGINT
+    reader.join(timeout=10)
+    output = "".join(lines)
+    assert "lanes: stopped by SIGINT: " in output, output[-3000:]
+    kept = {folder.parent.name.rsplit("-", 1)[0] for folder in checkpoints.glob("h*-s0-*/last.ckpt")}
+    assert_nothing_half_written(project)
+    recorded = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert {"fingerprint", "configure", "prepare"} <= set(recorded) and "report" not in recorded
+    assert kept, "no training was stopped after its checkpoint"
+
+    result = run(project, "headstudy", "lanes", "-j", "2")
+    for name in kept:  # a training stopped after its checkpoint resumes from it
+        assert f"resuming {name}" in result.stdout, name
+    assert (project / "dvc.lock").read_text() == (plain_repro / "dvc.lock").read_text()
+    assert tree_digests(project) == tree_digests(plain_repro)
+    assert_nothing_half_written(project)
+
+
+@pytest.mark.slow
+def test_a_refused_stage_stops_the_lanes_in_one_line_and_a_rerun_continues(tmp_path):
+    project = make_project(tmp_path / "project", REPRODUCED)
+    edit_params(project, "trainer", max_steps=-5)
+    result = run(project, "headstudy", "lanes", "-j", "2", check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("headstudy lanes: error: stage configure failed: headstudy configure: error: "), line
+    assert "trainer.max_steps" in line and "(1 of 10 stages done and recorded;" in line
+    assert list(yaml.safe_load((project / "dvc.lock").read_text())["stages"]) == ["fingerprint"]
+    assert "lanes: start prepare" not in result.stdout
+    # Fixed, the same command continues: fingerprint is not run again.
+    edit_params(project, "trainer", max_steps=200)
+    result = run(project, "headstudy", "lanes", "-j", "2", "configure")
+    assert "lanes: 1 of 2 stages to check or run, in 2 lanes" in result.stdout
+    assert "lanes: all 1 stages done" in result.stdout
+    assert list(yaml.safe_load((project / "dvc.lock").read_text())["stages"]) == ["fingerprint", "configure"]
