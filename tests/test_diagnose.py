@@ -149,8 +149,11 @@ def test_the_lr_cliff_studys_runs_train_as_the_train_stage_and_differ_only_in_th
         f"h1-lr{lr}-s0-{arm}" for lr in ("0.006", "0.012") for arm in ("plain", "clip1")
     ]
     params["study"]["arm_overrides"] = {"clip1": ["optimizer.lr=0.1"]}
-    with pytest.raises(ConfigError, match="never the training's settings"):
+    with pytest.raises(ConfigError, match="never changes the rest of the training"):
         resolve(params)
+    params["study"]["arm_overrides"] = {"clip1": ["model.qk_norm=true"]}  # a stabiliser: the one change
+    stabilised = resolve(params)["diagnose/h1-lr0.012-s0-clip1.yaml"]
+    assert stabilised.model.qk_norm is True and stabilised.optimizer == files["train/h1-lr0.012-s0.yaml"].optimizer
 
 
 def test_a_study_without_arms_writes_no_diagnose_file_and_the_same_report_config(monkeypatch):

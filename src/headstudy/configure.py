@@ -103,6 +103,11 @@ def study_models(params: dict) -> list[dict]:
     return models
 
 
+# The training settings a diagnosis arm may change: the stabilisers of a single head's learning-rate
+# cliff (studies/stabilisers). Clipping (diagnose.clip_grad_norm) is a diagnose key.
+STABILISERS = ("optimizer.warmup_fraction", "optimizer.betas", "model.qk_norm")
+
+
 def study_arms(study: dict) -> dict[str, list[str]]:
     """The arms of a diagnosis study (study.arms), each with the diagnose settings it sets
     (study.arm_overrides.ARM; none for an arm not named there): every model of the study is
@@ -123,13 +128,17 @@ def study_arms(study: dict) -> dict[str, list[str]]:
             f"study.arm_overrides in {PARAMS_FILE} names {', '.join(unlisted)}, which study.arms does not list"
         )
     for arm, items in settings.items():
-        # An arm that set a training key would train another model than the one it is compared with.
+        # An arm changes how the diagnosis watches a training, or applies one stabiliser; any other
+        # training key would train another model than the one the arm is compared with.
         if not isinstance(items, list) or not all(
-            isinstance(item, str) and "=" in item and item.startswith("diagnose.") for item in items
+            isinstance(item, str)
+            and "=" in item
+            and (item.startswith("diagnose.") or item.partition("=")[0] in STABILISERS)
+            for item in items
         ):
             raise ConfigError(
-                f"study.arm_overrides.{arm} in {PARAMS_FILE} must be a list of diagnose.KEY=VALUE (an arm "
-                f"changes how the diagnosis watches and clips a training, never the training's settings), got {items!r}"
+                f"study.arm_overrides.{arm} in {PARAMS_FILE} must be a list of diagnose.KEY=VALUE or of a "
+                f"stabiliser ({', '.join(STABILISERS)}): an arm never changes the rest of the training, got {items!r}"
             )
     return {arm: [str(item) for item in settings.get(arm) or []] for arm in arms}
 

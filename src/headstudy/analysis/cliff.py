@@ -125,19 +125,24 @@ def summary_table(rows: list[dict], labels: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-def run_label(run: dict) -> str:
-    return f"lr {run['lr']:g}, {run['arm']}"
+def run_labels(runs: list[dict]) -> dict[str, str]:
+    """`lr 0.012, plain`; with several variants in the study, the variant first."""
+    several = len({str(run["variant"]) for run in runs}) > 1
+    return {run["name"]: (f"{run['variant']}, " if several else "") + f"lr {run['lr']:g}, {run['arm']}" for run in runs}
 
 
 def run_styles(runs: list[dict]) -> dict[str, tuple[str, str]]:
-    """(colour, line style) of each run: a colour per learning rate, a line style per arm, so
-    that two arms that trained alike still show both lines."""
+    """(colour, line style) of each run: a colour per variant and learning rate, a line style per
+    arm, so that two arms that trained alike still show both lines."""
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    rates = list(dict.fromkeys(run["lr"] for run in runs))
+    models = list(dict.fromkeys((str(run["variant"]), run["lr"]) for run in runs))
     arms = list(dict.fromkeys(run["arm"] for run in runs))
     dashes = ["-", "--", ":", "-."]
     return {
-        run["name"]: (colours[rates.index(run["lr"]) % len(colours)], dashes[arms.index(run["arm"]) % len(dashes)])
+        run["name"]: (
+            colours[models.index((str(run["variant"]), run["lr"])) % len(colours)],
+            dashes[arms.index(run["arm"]) % len(dashes)],
+        )
         for run in runs
     }
 
@@ -148,14 +153,14 @@ def quantity_figure(
     """One panel: `quantity` against steps, one line per run (per head, for the attention)."""
     file_name, label, caption = QUANTITIES[quantity]
     figure, axes = plt.subplots(figsize=(7, 4))
-    styles = run_styles(runs)
+    styles, labels = run_styles(runs), run_labels(runs)
     for run in runs:
         table = steps[run["name"]]
         colour, style = styles[run["name"]]
         if quantity in ("loss", "grad_norm"):
             series = table[["step", quantity]].dropna()
             values = series[quantity].rolling(window, min_periods=1).mean() if quantity == "loss" else series[quantity]
-            axes.plot(series["step"], values, color=colour, linestyle=style, linewidth=0.8, label=run_label(run))
+            axes.plot(series["step"], values, color=colour, linestyle=style, linewidth=0.8, label=labels[run["name"]])
         else:
             for head, column in enumerate(head_columns(table, quantity)):
                 series = table[["step", column]].dropna()
@@ -167,7 +172,7 @@ def quantity_figure(
                     linewidth=1,
                     marker=".",
                     markersize=3,
-                    label=run_label(run) if head == 0 else None,
+                    label=labels[run["name"]] if head == 0 else None,
                 )
     if quantity == "entropy":
         axes.axhline(uniform_entropy(context), color="grey", linestyle="--", linewidth=1)
@@ -186,7 +191,7 @@ def quantity_figure(
 
 def validation_figure(runs: list[dict], folder: Path) -> tuple[Path, str]:
     figure, axes = plt.subplots(figsize=(7, 4))
-    styles = run_styles(runs)
+    styles, labels = run_styles(runs), run_labels(runs)
     for run in runs:
         colour, style = styles[run["name"]]
         curve = np.array(run["validation_curve"], dtype=float).reshape(-1, 2)
@@ -198,7 +203,7 @@ def validation_figure(runs: list[dict], folder: Path) -> tuple[Path, str]:
             marker="o",
             markersize=3,
             linewidth=1,
-            label=run_label(run),
+            label=labels[run["name"]],
         )
     plain_log_y(axes)
     axes.set_xlabel("training step")
