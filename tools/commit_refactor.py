@@ -2,7 +2,7 @@
 tools/prove_refactor.py has proven on this machine that BASE's code and the working tree's code
 write identical outputs.
 
-    python tools/commit_refactor.py BASE            # every pipeline: dvc.yaml and studies/**/dvc.yaml
+    python tools/commit_refactor.py BASE [DVC_FILE ...]   # default: dvc.yaml and every studies/**/dvc.yaml
 
 First the proof runs (its output is printed for the commit message). Then, in each pipeline, a
 stage is committed only if `dvc status` finds nothing changed but fingerprints/*.txt of a command
@@ -83,6 +83,7 @@ def keep_recorded_hash_of_missing_deps() -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base", help="the commit before the change")
+    parser.add_argument("dvc_files", nargs="*", type=Path, help="the pipelines (default: every one)")
     args = parser.parse_args(argv)
     identical, changed = prove_refactor.prove(args.base)
     if not identical:
@@ -92,7 +93,7 @@ def main(argv: list[str]) -> int:
     allowed = {f"{command}.txt" for command in prove_refactor.COMMANDS if command not in unproven}
     plan: dict[Path, list[str]] = {}
     problems = []
-    for dvc_file in pipelines():
+    for dvc_file in args.dvc_files or pipelines():
         status = json.loads(
             subprocess.run(
                 ["dvc", "status", "--json", str(dvc_file)], cwd=ROOT, check=True, capture_output=True, text=True

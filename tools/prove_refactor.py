@@ -43,7 +43,8 @@ from headstudy.fingerprint import COMMANDS  # noqa: E402
 HEADSTUDY = [sys.executable, "-c", "from headstudy.cli import main; main()"]
 CORPUS_LINES = 3000
 COMMON = ["trainer.max_steps=30", "trainer.val_every_steps=10", "threads=1"]
-TEXT = ["data=textdir", "data.vocab_size=512", "model=course", *COMMON]
+# inspect's sentence must occur in the test split of the proof's small corpus.
+TEXT = ["data=textdir", "data.vocab_size=512", "model=course", "inspect.sentence='the company said'", *COMMON]
 MULTICLUE = ["data=multiclue", "model=tiny", "model.width=64", "model.init_std=0.1", *COMMON]
 # name -> (how it trains, overrides beyond the side's data and paths, what reads the model after)
 PROOF_RUNS = {
