@@ -20,7 +20,7 @@ from headstudy.fingerprint import COMMANDS
 
 SOURCE = ROOT / "src"
 PACKAGE = SOURCE / "headstudy"
-DVC_FILES = [ROOT / "dvc.yaml", *sorted((ROOT / "studies").glob("*/dvc.yaml"))]
+DVC_FILES = [ROOT / "dvc.yaml", *sorted((ROOT / "studies").rglob("dvc.yaml"))]
 COMMAND = re.compile(r"\bheadstudy\s+([a-z]+)")
 
 

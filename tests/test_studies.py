@@ -105,7 +105,7 @@ def test_every_committed_lock_matches_the_committed_code_and_settings():
         subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
     )
     stale = {}
-    for pipeline in [ROOT / "dvc.yaml", *sorted((ROOT / "studies").glob("*/dvc.yaml"))]:
+    for pipeline in [ROOT / "dvc.yaml", *sorted((ROOT / "studies").rglob("dvc.yaml"))]:
         shown = subprocess.run(
             [sys.executable, "-m", "dvc", "status", "--json", str(pipeline.relative_to(ROOT))],
             cwd=ROOT,
@@ -124,7 +124,7 @@ def test_dvc_plots_show_draws_one_validation_curve_plot_per_study_not_one_per_mo
     command = [sys.executable, "-m", "dvc", "plots", "show", "--json"]
     shown = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
     assert not shown.get("errors"), shown["errors"]
-    for pipeline in [ROOT / "dvc.yaml", *sorted((ROOT / "studies").glob("*/dvc.yaml"))]:
+    for pipeline in [ROOT / "dvc.yaml", *sorted((ROOT / "studies").rglob("dvc.yaml"))]:
         stages = yaml.safe_load(pipeline.read_text())["stages"].values()
         if not any(stage["cmd"].startswith("headstudy report") for stage in stages):
             continue  # no perplexity report: the spotlight study's plots are its accuracy figures

@@ -86,8 +86,10 @@ def compose(base: Path, out: Path, corpus: Path, stage: str, overrides: list[str
     """The stage's config file as configure writes it, composed by BASE's code; inspect's lists
     the INSPECTED models with their training sections, as configure's does."""
     data = [f"data.dir={corpus}"] if "data=textdir" in overrides else []
-    folders = [f"paths.{folder}={out / folder}" for folder in ("models", "metrics", "checkpoints", "reports")]
-    prepared = out / ("prepared-multiclue" if "data=multiclue" in overrides else "prepared")
+    # Relative, as in a study: both sides' config files are the same text, and so are the
+    # outputs that name a path (heads.json lists its figures).
+    folders = [f"paths.{folder}={folder}" for folder in ("models", "metrics", "checkpoints", "reports")]
+    prepared = "prepared-multiclue" if "data=multiclue" in overrides else "prepared"
     models = [str(out / "configs" / f"{model}.yaml") for model in INSPECTED] if stage == "inspect" else []
     script = (
         "import os, sys\n"
@@ -130,8 +132,8 @@ def train_killed_then_resumed(config: Path, env: dict, out: Path) -> None:
 def prove_side(tree: Path, base: Path, out: Path, corpus: Path) -> None:
     (out / "configs").mkdir(parents=True)
     env = side_environment(tree, out)
-    textdir = ["data=textdir", f"data.dir={corpus}", "data.vocab_size=512", f"paths.prepared={out / 'prepared'}"]
-    multiclue = ["data=multiclue", f"paths.prepared={out / 'prepared-multiclue'}"]
+    textdir = ["data=textdir", f"data.dir={corpus}", "data.vocab_size=512", "paths.prepared=prepared"]
+    multiclue = ["data=multiclue", "paths.prepared=prepared-multiclue"]
     for data in (textdir, multiclue):
         run([*HEADSTUDY, "prepare", *data], env, out)
     for name, (kind, overrides, readers) in PROOF_RUNS.items():
