@@ -119,3 +119,10 @@ def test_an_address_that_is_no_address_is_one_line_before_the_store_is_opened(sh
 def test_a_command_refuses_a_bad_ui_address_in_one_line(tmp_path):
     result = headstudy(tmp_path, "reproduce", "0123456789abcdef", timeout=90, HEADSTUDY_MLFLOW_UI="localhost:5001")
     assert_refused(result, "reproduce", "HEADSTUDY_MLFLOW_UI='localhost:5001'", "http://HOST:PORT")
+
+
+def test_the_ui_address_is_documented_where_readers_look_for_it():
+    looking = (ROOT / "docs/tracking.md").read_text().split("## Looking at runs")[1].split("\n## ")[0]
+    for name in (store.UI_VARIABLE, "MLFLOW_TRACKING_URI", "MLFLOW_HOST", "MLFLOW_PORT", "MLFLOW_STATIC_PREFIX"):
+        assert f"`{name}`" in looking, name
+    assert store.UI_VARIABLE in (ROOT / "README.md").read_text()
