@@ -31,7 +31,8 @@ RUN_NAME = "h1-s0"
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     """The studies' experiment as headstudy creates it (kind, note, saved results view) with one
-    finished model run, served by `mlflow server`; with ui_url() pointed at that server."""
+    finished model run, served by `mlflow server`; the link the project prints, with
+    HEADSTUDY_MLFLOW_UI naming that server as a reader names the UI they started."""
     chromium()  # skip before starting a server for nothing
     folder = tmp_path_factory.mktemp("mlflow-ui")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -44,12 +45,12 @@ def ui(tmp_path_factory):
             run, metrics=[Metric("test/ppl", 42.5, 0, 0)], params=[Param("variant", "1"), Param("seed", "0")]
         )
         client.set_terminated(run, RunStatus.to_string(RunStatus.FINISHED))
-        readme_link = store.ui_url()
         kind = client.get_experiment(experiment).tags.get("mlflow.experimentKind")
-    with served_mlflow(uri, folder / "server.log") as url:
-        yield SimpleNamespace(
-            url=url, experiment=experiment, kind=kind, readme_link=readme_link.replace(store.UI_ADDRESS, url, 1)
-        )
+        with served_mlflow(uri, folder / "server.log") as url:
+            patch.setenv(store.UI_VARIABLE, url)
+            readme_link = store.ui_url()
+            assert readme_link.startswith(f"{url}/#/experiments/{experiment}/runs?"), readme_link
+            yield SimpleNamespace(url=url, experiment=experiment, kind=kind, readme_link=readme_link)
 
 
 def rendered(url: str) -> str:

@@ -37,7 +37,7 @@ def kill(connection, cursor, statement, *args):
         os.kill(os.getpid(), signal.SIGKILL)
 
 event.listen(Engine, "before_cursor_execute", kill)
-from headstudy.bookkeeping import tracking
+from headstudy.bookkeeping import store
 store.check_store()
 """
 
@@ -98,7 +98,7 @@ def test_a_command_killed_while_it_migrates_a_new_store_leaves_the_next_command_
     assert_refused(result, "reproduce", "run '0123456789abcdef' not found")
     assert "_alembic_tmp" not in result.stderr and "cannot open the MLflow store" not in result.stderr
     mlflow_client = MlflowClient(store)
-    assert mlflow_client.get_experiment_by_name(store.EXPERIMENT) is not None
+    assert mlflow_client.get_experiment_by_name(tracking_store.EXPERIMENT) is not None
     assert sorted(path.name for path in tmp_path.iterdir() if "mlflow.db" in path.name) == [
         "mlflow.db",
         "mlflow.db.lock",
@@ -113,8 +113,8 @@ def test_a_dataset_another_process_logs_between_mlflows_lookup_and_insert_is_the
     from sqlalchemy.orm import Session
 
     prepared = Path(next(item for item in small_corpus if item.startswith("paths.prepared=")).split("=", 1)[1])
-    mlflow_client = store.client()
-    experiment = store.experiment_id(store.BY_HAND_EXPERIMENT)
+    mlflow_client = tracking_store.client()
+    experiment = tracking_store.experiment_id(tracking_store.BY_HAND_EXPERIMENT)
     ours, theirs = (mlflow_client.create_run(experiment).info.run_id for _ in range(2))
     add_all, raced = Session.add_all, []
 
@@ -161,7 +161,7 @@ def test_a_store_locked_by_a_stuck_process_is_refused_after_the_lock_timeout(tmp
         assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr(tracking_store, "LOCK_TIMEOUT_S", 1.0)
         with deadline(30), pytest.raises(ConfigError) as refused:
-            store.check_store()
+            tracking_store.check_store()
     finally:
         holder.kill()
         holder.wait()
@@ -190,7 +190,7 @@ def test_a_server_that_is_down_is_refused_within_seconds(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     started = time.monotonic()
     with deadline(60), pytest.raises(ConfigError) as refused:
-        store.check_store()
+        tracking_store.check_store()
     assert time.monotonic() - started < 10
     message = str(refused.value)
     assert message.startswith(f"cannot open the MLflow store {uri} (MLFLOW_TRACKING_URI)")
@@ -212,10 +212,10 @@ def test_redact_hides_the_password_wherever_a_message_repeats_it(monkeypatch):
         "cannot open mysql://analyst:p%40ss-word@db.example:3306/runs: "
         "Access denied for user 'analyst' (using password p@ss-word)"
     )
-    assert store.redact(message) == (
+    assert tracking_store.redact(message) == (
         "cannot open mysql://analyst:***@db.example:3306/runs: Access denied for user 'analyst' (using password ***)"
     )
-    assert store.redact("sqlite:///mlflow.db", "sqlite:///mlflow.db") == "sqlite:///mlflow.db"
+    assert tracking_store.redact("sqlite:///mlflow.db", "sqlite:///mlflow.db") == "sqlite:///mlflow.db"
 
 
 def test_every_lock_of_the_project_is_the_one_in_bookkeeping_locks():

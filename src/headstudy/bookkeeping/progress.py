@@ -140,14 +140,15 @@ def duration(seconds: float) -> str:
 
 
 def mlflow_ui_hint() -> str | None:
-    """The training's last line gives its MLflow run's address on MLflow's port 5000, which
-    nothing serves until `mlflow ui` runs: how to start it, unless runs go to a server."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-    if "://" in uri and not uri.startswith("sqlite:") and not uri.startswith("file:"):
-        return None  # a server's own address
-    store = uri or "sqlite:///mlflow.db"
-    where = "" if uri else " in the project's folder"
-    return f"train: MLflow: the address below opens once `mlflow ui --backend-store-uri {store}` runs{where}"
+    """The training's last line gives its MLflow run's address (store.ui_address), which nothing
+    serves until `mlflow ui` runs: how to start it, unless runs go to a server, which serves it."""
+    from headstudy.bookkeeping import store
+
+    command = store.ui_command()
+    if command is None:
+        return None
+    where = "" if "MLFLOW_TRACKING_URI" in os.environ else " in the project's folder"
+    return f"train: MLflow: the address below opens once `{command}` runs{where}"
 
 
 def on_terminal() -> bool:

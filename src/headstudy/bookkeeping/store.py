@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import mlflow
 from mlflow.tracking import MlflowClient
@@ -65,7 +65,14 @@ BY_HAND_TAGS = {
     ),
 }
 EXPERIMENT_DESCRIPTIONS = {EXPERIMENT: EXPERIMENT_TAGS, BY_HAND_EXPERIMENT: BY_HAND_TAGS}
-UI_ADDRESS = "http://127.0.0.1:5000"
+
+# Where the MLflow UI is, for the addresses the project prints (ui_address): this variable when
+# set; else the `mlflow server` that MLFLOW_TRACKING_URI names; else where `mlflow ui` listens,
+# by the variables it reads itself (MLflow's defaults: 127.0.0.1, port 5000, no prefix).
+UI_VARIABLE = "HEADSTUDY_MLFLOW_UI"
+UI_HOST, UI_PORT = "127.0.0.1", 5000
+# Hosts `mlflow ui --host` binds to every interface with: a browser on this machine uses 127.0.0.1.
+ALL_INTERFACES = ("0.0.0.0", "::", "[::]", "")
 
 
 def store_root() -> Path:
@@ -247,17 +254,82 @@ def describe_experiment(mlflow_client: MlflowClient, experiment) -> None:
         save_results_view(mlflow_client, experiment.experiment_id, [])
 
 
+def serves_ui(uri: str) -> bool:
+    """The store is an `mlflow server`, whose own address serves the UI too."""
+    return uri.lower().startswith(("http://", "https://"))
+
+
+def ui_address() -> str:
+    """The MLflow UI that every printed address points at (no trailing slash): HEADSTUDY_MLFLOW_UI
+    when set (a server behind a proxy, a UI on another port); else the `mlflow server` of
+    MLFLOW_TRACKING_URI, without the user and password it may carry; else where `mlflow ui`
+    listens when started in this shell, which reads MLFLOW_HOST, MLFLOW_PORT and
+    MLFLOW_STATIC_PREFIX: http://127.0.0.1:5000 when none is set. A value that is no address is
+    one line (check_store asks before any work)."""
+    from headstudy.common.errors import ConfigError
+
+    given = os.environ.get(UI_VARIABLE, "").strip()
+    if given:
+        try:
+            parts = urlsplit(given)
+            parts.port  # noqa: B018 - a port that is no number raises here
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"{UI_VARIABLE}={given!r} is not the address of an MLflow UI: give http://HOST:PORT, "
+                f"as `mlflow ui` prints it (for example http://127.0.0.1:5001), or unset it"
+            )
+        return urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
+    uri = tracking_uri()
+    if serves_ui(uri):
+        parts = urlsplit(uri)
+        netloc = parts.netloc.rpartition("@")[2]  # never a password in a printed link
+        return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
+    host = os.environ.get("MLFLOW_HOST", UI_HOST).strip()
+    host = UI_HOST if host in ALL_INTERFACES else host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    port = os.environ.get("MLFLOW_PORT", "").strip() or str(UI_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"MLFLOW_PORT={port!r} is no port, for `mlflow ui` or its addresses: give 1-65535, or unset it"
+        )
+    prefix = os.environ.get("MLFLOW_STATIC_PREFIX", "").strip().rstrip("/")
+    return f"http://{host}:{int(port)}{prefix}"
+
+
+def ui_command() -> str | None:
+    """The command that serves ui_address() over this store, as a hint prints it, with the options
+    that address needs (`--port 5001`), so that it serves the printed links from any shell. None
+    when the store is an `mlflow server`, which serves them itself, or the address is https, which
+    `mlflow ui` does not serve (a proxy in front of it does). The default store is named as
+    `mlflow ui` finds it from the project's folder."""
+    uri = tracking_uri()
+    parts = urlsplit(ui_address())
+    if serves_ui(uri) or parts.scheme != "http":
+        return None
+    store = redact(uri) if "MLFLOW_TRACKING_URI" in os.environ else f"sqlite:///{DEFAULT_STORE}"
+    options = [
+        ("--host", parts.hostname, UI_HOST),
+        ("--port", parts.port or 80, UI_PORT),
+        ("--static-prefix", parts.path, ""),
+    ]
+    return f"mlflow ui --backend-store-uri {store}" + "".join(
+        f" {option} {value}" for option, value, default in options if value != default
+    )
+
+
 def ui_url(run_id: str | None = None, experiment: str | None = None) -> str:
-    """Where `mlflow ui` shows an experiment's runs (by default the studies'), or one run, in the
-    model-training view. MLflow 3.17's UI opens the GenAI view unless the URL (or its sidebar
-    switch) says otherwise."""
+    """Where the MLflow UI (ui_address) shows an experiment's runs (by default the studies'), or
+    one run, in the model-training view. MLflow 3.17's UI opens the GenAI view unless the URL (or
+    its sidebar switch) says otherwise, and its own links to a run drop that part of the URL."""
+    address = ui_address()
     if run_id:
         experiment = client().get_run(run_id).info.experiment_id
-        return f"{UI_ADDRESS}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
+        return f"{address}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
     experiment = experiment or experiment_id()
-    return (
-        f"{UI_ADDRESS}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}"
-    )
+    return f"{address}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}"
 
 
 @contextmanager
@@ -295,6 +367,7 @@ def check_store() -> None:
     from headstudy.common.errors import ConfigError, first_line
 
     uri = tracking_uri()
+    ui_address()  # the addresses it will print: a bad HEADSTUDY_MLFLOW_UI or MLFLOW_PORT is one line now
     probe_network_store(uri)
     try:
         with bounded_http_retries(uri):
@@ -331,7 +404,7 @@ def probe_network_store(uri: str) -> None:
 def bounded_http_retries(uri: str) -> Iterator[None]:
     """For an `mlflow server`, MLflow's HTTP retries cut to CHECK_HTTP_SETTINGS (where the
     environment sets none), for this block only; a later request retries as MLflow does."""
-    if not uri.lower().startswith(("http://", "https://")):
+    if not serves_ui(uri):
         yield
         return
     added = {key: value for key, value in CHECK_HTTP_SETTINGS.items() if key not in os.environ}

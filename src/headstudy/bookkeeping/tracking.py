@@ -56,6 +56,7 @@ from headstudy.bookkeeping.store import (
     file_lock,
     run_experiment,
     tracking_uri,
+    ui_command,
     ui_url,
 )
 
@@ -341,7 +342,9 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
     experiment = experiment_id(run_experiment())
     save_results_view(mlflow_client, experiment, dashboard_metrics(metrics))
     whose = "the study's" if in_pipeline() else f"the {BY_HAND_EXPERIMENT} experiment's"
-    print(f"report: logged to {whose} MLflow run {run_id}; `mlflow ui`, then {ui_url(experiment=experiment)}")
+    command = ui_command()
+    opening = f"; `{command}`, then " if command else ": "
+    print(f"report: logged to {whose} MLflow run {run_id}{opening}{ui_url(experiment=experiment)}")
     return run_id
 
 
