@@ -32,6 +32,13 @@ ROOT = prove_refactor.ROOT
 ABSENT = ("deleted", "not in cache")
 
 
+def is_absent(path: Path) -> bool:
+    """Not in this workspace: missing, or a folder that holds nothing but the .gitignore files DVC
+    writes for outputs (models/ of a clone whose models were trained elsewhere)."""
+    path = Path(path)
+    return not path.exists() or (path.is_dir() and all(f.name == ".gitignore" for f in path.rglob("*") if f.is_file()))
+
+
 def pipelines() -> list[Path]:
     return [Path("dvc.yaml"), *sorted(path.relative_to(ROOT) for path in (ROOT / "studies").rglob("dvc.yaml"))]
 
@@ -50,7 +57,7 @@ def refusals(status: dict, allowed_fingerprints: set[str]) -> list[str]:
                 continue
             for path, state in change.get("changed deps", {}).items():
                 fingerprint = Path(path).name if Path(path).parent.name == "fingerprints" else None
-                if state not in ABSENT and fingerprint not in allowed_fingerprints:
+                if state not in ABSENT and fingerprint not in allowed_fingerprints and not is_absent(ROOT / path):
                     found.append(f"{stage}: {path} {state}")
             for path, state in change.get("changed outs", {}).items():
                 if state not in ABSENT:
@@ -68,7 +75,7 @@ def keep_recorded_hash_of_missing_deps() -> None:
     save = Dependency.save
 
     def save_if_present(self, *args, **kwargs):
-        if not Path(self.fs_path).exists():
+        if is_absent(Path(self.fs_path)):
             raise DependencyDoesNotExistError(self)
         return save(self, *args, **kwargs)
 
