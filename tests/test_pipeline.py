@@ -95,13 +95,15 @@ def stale_stages(project: Path) -> set[str]:
     return set(json.loads(run(project, "dvc", "status", "--json").stdout))
 
 
-def edited(path: Path, addition: str):
-    """Append to a file for the length of a `with` block."""
+def edited(path: Path, addition: str, replacing: tuple[str, str] = ("", "")):
+    """Append to a file, and replace a piece of it, for the length of a `with` block."""
 
     class Edit:
         def __enter__(self):
             self.text = path.read_text()
-            path.write_text(self.text + addition)
+            old, new = replacing
+            assert old in self.text, f"{path} no longer holds {old!r}"
+            path.write_text(self.text.replace(old, new) + addition)
 
         def __exit__(self, *exc):
             path.write_text(self.text)
@@ -124,7 +126,10 @@ def test_a_comment_or_docstring_anywhere_retrains_nothing(project):
 
 
 def test_a_change_to_the_model_code_makes_every_model_stale(project):
-    with edited(project / "src/headstudy/weights/model.py", "\nA_NEW_CONSTANT = 1\n"):
+    # A constant that training never reads changes no weight, so the edit is in the loss itself.
+    loss = "reduction=reduction)"
+    model = project / "src/headstudy/weights/model.py"
+    with edited(model, "", replacing=(loss, "reduction=reduction, label_smoothing=0.0)")):
         run(project, "dvc", "repro", "fingerprint")
         stale = stale_stages(project)
     assert {"train@1-0", "train@1-mix-0"} <= stale

@@ -14,6 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from tinyproject import SMALL_CORPUS, commit, environment, make_project, ran_stages, run
 
+from headstudy.bookkeeping import store
+
 pytestmark = pytest.mark.slow
 
 TINY = {
@@ -66,21 +68,21 @@ def sweep(tmp_path_factory) -> dict:
     run(origin, "dvc", "remote", "add", "--default", "shared", str(tmp_path / "dvc-remote"))
     commit(origin, "the DVC remote")
     run(origin, "git", "push", "-q", str(git_remote), "HEAD")
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**environment(), "MLFLOW_TRACKING_URI": store}
+    store_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**environment(), "MLFLOW_TRACKING_URI": store_uri}
     with pytest.MonkeyPatch.context() as patch:
         # The store exists before the machines start, as an `mlflow server` would: two clones
         # that create and migrate a new SQLite file together take turns under its lock, which
         # a busy machine can hold for minutes. Artifacts beside it, in no clone.
         patch.chdir(tmp_path)
-        patch.setenv("MLFLOW_TRACKING_URI", store)
+        patch.setenv("MLFLOW_TRACKING_URI", store_uri)
         store.check_store()
 
     machines = {part: clone(git_remote, tmp_path / part) for part in PARTS}
     gatherer = clone(git_remote, tmp_path / "gatherer")
     with ThreadPoolExecutor(len(machines)) as pool:  # the machines train side by side
         list(pool.map(lambda part: train_share(machines[part], part, env), PARTS))
-    return {"gatherer": gatherer, "store": store, "output": gather(gatherer, env)}
+    return {"gatherer": gatherer, "store": store_uri, "output": gather(gatherer, env)}
 
 
 def test_a_sweep_trained_on_two_clones_is_gathered_into_one_report_without_training_again(sweep):
