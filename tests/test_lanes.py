@@ -8,6 +8,7 @@ import hashlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -100,6 +101,15 @@ def run_fake(count: int, codes: dict[str, int]):
         return lanes.run(Path("."), [], count, say=said.append, start=FakeLane, plan=plan, order_locks=False), said
     finally:
         assert not FakeLane.running
+
+
+def test_the_stages_find_headstudy_beside_the_lanes_interpreter_and_know_the_lane_count(monkeypatch):
+    """As when the lanes start as .venv/bin/headstudy from a shell that never activated .venv."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    environment = lanes.dvc_environment(3)
+    found = subprocess.run(["sh", "-c", "command -v headstudy"], env=environment, capture_output=True, text=True)
+    assert Path(found.stdout.strip()).parent == Path(sys.executable).parent, found
+    assert environment[lanes.LANES_VARIABLE] == "3"
 
 
 def test_each_stage_starts_after_those_it_depends_on_and_at_most_n_at_a_time():

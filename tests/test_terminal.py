@@ -94,6 +94,27 @@ def test_a_study_position_counts_the_models_trained_with_their_config(tmp_path, 
     assert position.header() == "train: h4-s0: training 1 of 3 in the study (0 trained, 2 to train after this one)"
 
 
+@pytest.mark.parametrize(("lanes", "minutes"), [(None, 2 + 8), ("1", 2 + 8), ("2", 2 + 4), ("4", 2 + 2)])
+def test_the_study_time_left_shares_the_trainings_after_this_one_among_the_lanes(lanes, minutes, monkeypatch):
+    """At 100 steps a minute, with 200 of this training's steps left and 800 of other models' after."""
+    if lanes is None:
+        monkeypatch.delenv(progress.LANES_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(progress.LANES_VARIABLE, lanes)
+
+    class Rate:
+        tokens_per_step = 10
+
+        def rate(self, trainer):
+            return 100 * self.tokens_per_step / 60
+
+    class Trainer:
+        max_steps, global_step = 300, 100
+
+    bar = progress.StepProgressBar(Rate(), position=progress.StudyPosition("h4-s0", 1, 5, 0, 800))
+    assert bar.study_time_left(Trainer()) == pytest.approx(minutes * 60)
+
+
 def test_durations_read_as_minutes():
     assert progress.duration(20) == "under a minute"
     assert progress.duration(41 * 60) == "about 41 min"

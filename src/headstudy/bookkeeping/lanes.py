@@ -34,6 +34,7 @@ or nothing: a rerun continues where the lanes stopped."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -54,6 +55,8 @@ PLAN_HASH_SEED = "0"
 LOCK_WAIT_S = 120
 # The lines of a stage's output kept for its error message.
 KEPT_LINES = 40
+# Set for the stages the lanes start: how many of the study's trainings share the machine.
+LANES_VARIABLE = "HEADSTUDY_LANES"
 
 
 @dataclass
@@ -106,8 +109,11 @@ def describe_here(targets: list[str]) -> dict:
         }
 
 
-def dvc_environment() -> dict[str, str]:
-    return {**os.environ, "DVC_NO_ANALYTICS": "1"}
+def dvc_environment(lanes: int = 1) -> dict[str, str]:
+    """The stages' commands find `headstudy` beside this interpreter, also when the lanes were
+    started as .venv/bin/headstudy without activating the environment."""
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return {**os.environ, "PATH": path, "DVC_NO_ANALYTICS": "1", LANES_VARIABLE: str(lanes)}
 
 
 def describe(root: Path, targets: list[str]) -> Plan:
@@ -147,14 +153,14 @@ class Lane:
     """One `dvc repro --single-item STAGE` in a session of its own: a Ctrl-C at the terminal reaches
     the lanes, which pass it on to the stage's command only, never to DVC while it writes."""
 
-    def __init__(self, stage: str, root: Path, say: Callable[[str], None], finished: queue.Queue):
+    def __init__(self, stage: str, root: Path, say: Callable[[str], None], finished: queue.Queue, lanes: int = 1):
         self.stage, self.say, self.finished = stage, say, finished
         self.tail: list[str] = []
         self.signalled: list = []
         self.process = subprocess.Popen(
             stage_command(stage),
             cwd=root,
-            env=dvc_environment(),
+            env=dvc_environment(lanes),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -300,7 +306,7 @@ def run(
     say = say or say_default
     plan = plan or describe(root, targets)
     finished: queue.Queue = queue.Queue()
-    start = start or Lane
+    start = start or functools.partial(Lane, lanes=lanes)
     stale = set(plan.stale)
     waiting = [stage for stage in plan.order if stage in stale]
     done = {stage for stage in plan.order if stage not in stale}

@@ -20,6 +20,7 @@ import yaml
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
+from headstudy.bookkeeping.lanes import LANES_VARIABLE
 from headstudy.bookkeeping.ranks import ResumeStepsAgree
 from headstudy.common.errors import ConfigError
 from headstudy.formats.runconfig import read_config
@@ -160,6 +161,19 @@ def on_terminal() -> bool:
         return False
 
 
+def lane_count() -> int:
+    """How many trainings of the study run side by side: `headstudy lanes` says so in LANES_VARIABLE."""
+    try:
+        return max(1, int(os.environ.get(LANES_VARIABLE, "1")))
+    except ValueError:
+        return 1
+
+
+def lanes_phrase() -> str:
+    lanes = lane_count()
+    return "one at a time" if lanes == 1 else f"in {lanes} lanes"
+
+
 class StepProgressBar(TQDMProgressBar):
     """One bar for the whole run: the global step out of trainer.max_steps (a resumed run starts
     where it stopped), the latest loss and validation perplexity, and tokens/s. Lightning's
@@ -178,11 +192,11 @@ class StepProgressBar(TQDMProgressBar):
         super().on_train_start(trainer, pl_module)
 
     def study_time_left(self, trainer) -> float:
-        """Seconds until the study's last model is trained, at this training's speed so far and
-        one training at a time: the rest of this one and every model not yet trained."""
+        """Seconds until the study's last model is trained, at this training's speed so far: the
+        rest of this one, and every model not yet trained shared among the lanes."""
         if self.position is None:
             return float("nan")
-        steps = trainer.max_steps - trainer.global_step + self.position.steps_after
+        steps = trainer.max_steps - trainer.global_step + self.position.steps_after / lane_count()
         rate = self.throughput.rate(trainer)
         if not rate > 0:  # no step timed yet, as right after a resume
             return float("nan")
@@ -202,7 +216,7 @@ class StepProgressBar(TQDMProgressBar):
         if left and math.isfinite(rate):
             print(
                 f"train: study: {left} of {self.position.total} trainings left, "
-                f"{duration(self.study_time_left(trainer))} one at a time at this training's {rate:,.0f} tokens/s",
+                f"{duration(self.study_time_left(trainer))} {lanes_phrase()} at this training's {rate:,.0f} tokens/s",
                 flush=True,
             )
 
