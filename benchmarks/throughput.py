@@ -3,7 +3,7 @@ in bfloat16 mixed precision, and of all four against this machine's matmul peak 
 precision (model FLOPs utilisation), for 1 and 4 heads.
 
     python benchmarks/throughput.py [--steps 300] [--warmup 20] [--rounds 4]
-        [--precisions 32-true bf16-mixed] [hydra overrides]
+        [--precisions 32-true bf16-mixed] [--heads 1 4] [--loops plain stage] [hydra overrides]
 
 For each head count, in one process:
 - tokens/s of the stage's Trainer (`build_trainer` with the MLflow logger and progress bar, as
@@ -51,7 +51,7 @@ from headstudy.weights.training import (
     loss_logging_interval,
 )
 
-HEAD_COUNTS = (1, 4)
+LOOPS = ("plain", "stage")
 COMPUTE_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 # FLOPs per cycle and core of the vector units, by (vendor, family): AMD family 25 is Zen 3 and
 # Zen 4, and of those only Zen 4 has AVX-512 with BF16 (the check below asks for it). Zen 4 runs
@@ -205,11 +205,13 @@ def timed_run(steps: int) -> list[str]:
     ]
 
 
-def benchmark(configs: dict[str, object], steps: int, warmup: int, rounds: int) -> dict[tuple[str, str], list[float]]:
+def benchmark(
+    configs: dict[str, object], steps: int, warmup: int, rounds: int, loops: list[str]
+) -> dict[tuple[str, str], list[float]]:
     """tokens/s of every (loop, precision), `rounds` times: each round runs them all once, in
     an order reversed from the round before, so a machine speeding up or slowing down favours
     none of them."""
-    runs = [(loop, precision) for precision in configs for loop in ("plain", "stage")]
+    runs = [(loop, precision) for precision in configs for loop in loops]
     results = {run: [] for run in runs}
     for round_index in range(rounds):
         for loop, precision in runs if round_index % 2 == 0 else runs[::-1]:
@@ -229,6 +231,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="first steps of each run, not timed")
     parser.add_argument("--rounds", type=int, default=4, help="runs of each (loop, precision)")
     parser.add_argument("--precisions", nargs="+", default=["32-true", "bf16-mixed"], help="trainer.precision values")
+    parser.add_argument("--heads", nargs="+", type=int, default=[1, 4], help="head counts (model.n_heads)")
+    # The plain loop alone needs no MLflow: on a machine without it, the model's own speed.
+    parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS), help="loops to time")
     args, overrides = parser.parse_known_args()
     if not 0 <= args.warmup < args.steps:
         parser.error(f"--warmup={args.warmup} must be at least 0 and fewer than --steps={args.steps}")
@@ -239,9 +244,9 @@ def main() -> None:
             )
             for precision in args.precisions
         }
-        for heads in HEAD_COUNTS
+        for heads in args.heads
     }
-    first = configs[HEAD_COUNTS[0]][args.precisions[0]]
+    first = configs[args.heads[0]][args.precisions[0]]
     torch.set_num_threads(first.threads)
     device = device_of(first)
     dtypes = {precision: COMPUTE_DTYPES.get(precision, torch.float32) for precision in args.precisions}
@@ -252,7 +257,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/benchmark.db"
         measured = {
-            heads: benchmark(by_precision, args.steps, args.warmup, args.rounds)
+            heads: benchmark(by_precision, args.steps, args.warmup, args.rounds, args.loops)
             for heads, by_precision in configs.items()
         }
     for precision, dtype in dtypes.items():
@@ -285,6 +290,7 @@ def main() -> None:
         stage_over_plain = {
             precision: by_round(results[("stage", precision)], results[("plain", precision)])
             for precision in args.precisions
+            if set(LOOPS) <= set(args.loops)
         }
         models.append({"heads": heads, "flops_per_token": flops, "runs": runs, "stage_over_plain": stage_over_plain})
     print(
