@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import yaml
@@ -40,6 +41,16 @@ def test_default_study_trains_each_variant_at_the_learning_rate_the_lr_study_sel
         ["headstudy", "config", "variant=1-mix"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert yaml.safe_load(composed.stdout)["optimizer"]["lr"] == lr_summary()["selected_lr"]["1-mix"]
+
+
+def test_the_stabilised_study_trains_each_variant_at_the_rate_its_tuning_selected_and_with_its_warm_up():
+    tuning = ROOT / "studies" / "stabilised-tuning"
+    selected = json.loads((tuning / "reports" / "summary.json").read_text())["selected_lr"]
+    params = yaml.safe_load((ROOT / "studies" / "stabilised" / "params.yaml").read_text())
+    overrides = {str(variant): settings for variant, settings in params["study"]["variant_overrides"].items()}
+    assert overrides == {variant: [f"optimizer.lr={lr:g}"] for variant, lr in selected.items()}
+    assert params["optimizer"] == yaml.safe_load((tuning / "params.yaml").read_text())["optimizer"]
+    assert 0 not in params["study"]["seeds"]  # seed 0 chose the rates
 
 
 def default_study() -> dict:
@@ -78,8 +89,10 @@ def test_every_metrics_file_of_the_default_study_holds_numbers_only():
         assert numbers_only(numbers) and set(numbers) <= {"estimate", "lower95", "upper95"}, path
 
 
-def test_dvc_metrics_show_of_the_committed_studies_fits_80_lines_of_120_columns():
-    """The answer at a glance: a row per number, its estimate and 95% CI, and nothing wider than a terminal."""
+def test_dvc_metrics_show_leads_with_the_default_study_and_gives_each_study_a_screen_of_120_columns():
+    """The answer at a glance: a row per number, its estimate and 95% CI, nothing wider than a
+    terminal, the default study's rows first, and each study's rows within one screen of 30 lines
+    (the studies together grow with every study, so it is each study that must stay short)."""
     shown = subprocess.run(
         [sys.executable, "-m", "dvc", "metrics", "show"],
         cwd=ROOT,
@@ -88,9 +101,12 @@ def test_dvc_metrics_show_of_the_committed_studies_fits_80_lines_of_120_columns(
         check=True,
         env={**os.environ, "COLUMNS": "120"},
     ).stdout.splitlines()
-    assert len(shown) <= 80 and max(map(len, shown)) <= 120, "\n".join(shown)
+    assert max(map(len, shown)) <= 120, "\n".join(shown)
     assert shown[0].split() == ["Path", "estimate", "lower95", "upper95"]
     rows = {line.split()[0]: line.split()[1:] for line in shown[1:]}
+    assert next(iter(rows)).startswith("reports/metrics/"), "\n".join(shown)
+    per_study = Counter(path.split("/reports/")[0] for path in rows)
+    assert max(per_study.values()) <= 30, per_study
     summary = json.loads((ROOT / "reports" / "summary.json").read_text())
     for comparison in summary["comparisons"]:
         pair = f"{comparison['variant_b']}_vs_{comparison['variant_a']}"
