@@ -21,6 +21,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def train_once(prepared: Path, steps: int, pinned: dict[str, str]) -> dict:
         shutil.copytree(Path("conf"), Path(folder) / "conf")  # headstudy runs in a project's root
         env = {**os.environ, **pinned, "MLFLOW_TRACKING_URI": f"sqlite:///{folder}/mlflow.db"}
         command = [
-            "headstudy",
+            str(Path(sys.executable).parent / "headstudy"),  # this environment's, activated or not
             "train",
             "model=course",
             "variant=4",
@@ -73,7 +74,7 @@ def main() -> None:
         hashes = {run["sha256"] for run in runs}
         speed = statistics.median(run["tokens_per_sec"] for run in runs)
         capability = subprocess.run(
-            ["python", "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+            [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
             env={**os.environ, **pinned},
             capture_output=True,
             text=True,
