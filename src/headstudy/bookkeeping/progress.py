@@ -169,11 +169,6 @@ def lane_count() -> int:
         return 1
 
 
-def lanes_phrase() -> str:
-    lanes = lane_count()
-    return "one at a time" if lanes == 1 else f"in {lanes} lanes"
-
-
 class StepProgressBar(TQDMProgressBar):
     """One bar for the whole run: the global step out of trainer.max_steps (a resumed run starts
     where it stopped), the latest loss and validation perplexity, and tokens/s. Lightning's
@@ -185,6 +180,7 @@ class StepProgressBar(TQDMProgressBar):
         self.throughput = throughput
         self.validation_started = 0.0
         self.position = position
+        self.lanes = lane_count()  # read once, not at every redraw of the bar
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.position is not None and trainer.is_global_zero:
@@ -196,7 +192,7 @@ class StepProgressBar(TQDMProgressBar):
         rest of this one, and every model not yet trained shared among the lanes."""
         if self.position is None:
             return float("nan")
-        steps = trainer.max_steps - trainer.global_step + self.position.steps_after / lane_count()
+        steps = trainer.max_steps - trainer.global_step + self.position.steps_after / self.lanes
         rate = self.throughput.rate(trainer)
         if not rate > 0:  # no step timed yet, as right after a resume
             return float("nan")
@@ -214,9 +210,10 @@ class StepProgressBar(TQDMProgressBar):
         left = self.position.total - self.position.trained - 1
         rate = self.throughput.rate(trainer)
         if left and math.isfinite(rate):
+            lanes = "one at a time" if self.lanes == 1 else f"in {self.lanes} lanes"
             print(
                 f"train: study: {left} of {self.position.total} trainings left, "
-                f"{duration(self.study_time_left(trainer))} {lanes_phrase()} at this training's {rate:,.0f} tokens/s",
+                f"{duration(self.study_time_left(trainer))} {lanes} at this training's {rate:,.0f} tokens/s",
                 flush=True,
             )
 
