@@ -35,8 +35,11 @@ def test_the_answer_is_boxed_under_the_title_and_every_section_and_figure_can_be
     box = found["headline_box"]
     assert box and box["after_title"], "no headline box right under the title"
     comparisons = json.loads((report.parent / "summary.json").read_text()).get("comparisons") or []
-    if comparisons and "relative_ci95" in comparisons[0]:  # a perplexity study: each pre-stated change with its CI
-        assert box["text"].count("95% CI") == len(comparisons)
+    if comparisons and "relative_ci95" in comparisons[0]:  # a perplexity study: each pre-stated change with its CI,
+        # or with its median and the sign test's interval where the seeds' differences are not normal.
+        normal = [comparison.get("normal", True) for comparison in comparisons]
+        assert box["text"].count("95% CI") == sum(normal)
+        assert box["text"].count("the differences are not normal") == len(normal) - sum(normal)
     # A table of contents whose every link lands on a heading, and every heading linkable.
     assert found["contents"] == [f"#{heading['id']}" for heading in found["headings"]] and found["contents_resolve"]
     assert all(heading["id"] and heading["anchor"] == f"#{heading['id']}" for heading in found["headings"])

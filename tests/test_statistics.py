@@ -10,10 +10,13 @@ from headstudy.analysis.statistics import (
     contrast,
     holm,
     mean_ci95,
+    median_interval,
+    normality_p,
     paired_difference,
     per_seed_contrast,
     perplexity_ci95,
     polynomial_trend,
+    sign_test,
     union_combinations,
     variance_ratio,
     verdict,
@@ -63,6 +66,57 @@ def test_paired_difference_is_computed_over_common_seeds_on_log_perplexity():
     )
     assert comparison["diff_mean"] == pytest.approx(-7 / 3)  # diffs -2, -2, -3
     assert comparison["significant"] is True
+
+
+def test_median_interval_takes_the_order_statistics_whose_sign_test_coverage_reaches_95_percent():
+    values = np.arange(10.0)[::-1]  # order must not matter
+    median, low, high, coverage = median_interval(values)
+    assert median == 4.5
+    # x(2) and x(9): 1 - 2 P(Binomial(10, 1/2) <= 1) = 1 - 22/1024; x(3), x(8) would cover only 89%.
+    assert (low, high) == (1.0, 8.0)
+    assert coverage == pytest.approx(1 - 22 / 1024)
+
+
+def test_median_interval_of_five_values_is_their_range_with_its_own_coverage_below_95_percent():
+    median, low, high, coverage = median_interval([3.0, -1.0, 2.0, 5.0, 0.0])
+    assert (median, low, high) == (2.0, -1.0, 5.0)
+    assert coverage == pytest.approx(1 - 2 / 32)
+
+
+def test_sign_test_is_the_exact_two_sided_binomial_p():
+    assert sign_test([-0.1] * 5) == pytest.approx(2 / 32)
+    assert sign_test([-0.1] * 10) == pytest.approx(2 / 1024)
+    assert sign_test([-0.1, 0.2, -0.3, 0.0]) == pytest.approx(1.0)  # the zero is dropped: 2 of 3
+    assert math.isnan(sign_test([0.0, 0.0]))
+
+
+def test_normality_is_rejected_for_one_collapsed_seed_and_not_for_a_regular_scatter():
+    # The stabilised study's seeds 1-5: four differences of a few percent and one collapse.
+    assert normality_p([-0.012, -0.028, -0.023, -0.036, -0.819]) < 0.01
+    assert normality_p([-0.038, -0.037, -0.035, -0.047, -0.082]) > 0.01
+    assert math.isnan(normality_p([-0.1, -0.2]))
+
+
+def test_a_collapsed_seed_turns_the_verdict_to_the_median_and_the_sign_test():
+    one_head = {s: 18.0 + 0.05 * s for s in range(1, 11)}
+    one_head[5] = 40.0  # collapsed
+    four_heads = {s: one_head_ppl * 0.975 if s != 5 else 17.8 for s, one_head_ppl in one_head.items()}
+    comparison = paired_difference(one_head, four_heads, "1 head", "4 heads")
+    assert comparison["normal"] is False
+    assert comparison["median"]["log_ratio"] == pytest.approx(math.log(0.975))
+    sentence = verdict(comparison)
+    assert sentence.startswith("4 heads better than 1 head")
+    assert "median -2.5% per token" in sentence and "sign test p = 0.002" in sentence
+    assert "not normal" in sentence
+
+    five_seeds = paired_difference(
+        {s: one_head[s] for s in range(1, 6)}, {s: four_heads[s] for s in range(1, 6)}, "1 head", "4 heads"
+    )
+    assert five_seeds["normal"] is False
+    # 5 of 5 seeds is p = 0.0625 at best: the median is stated, no difference claimed at 5%.
+    sentence = verdict(five_seeds)
+    assert sentence.startswith("Not resolved at the 5% level without assuming normal differences")
+    assert "sign test p = 0.062 (the smallest p that so few seeds allow)" in sentence
 
 
 def test_sentence_names_the_better_variant_only_when_the_interval_excludes_zero():

@@ -69,6 +69,24 @@ def comparison_table(found: list[dict]) -> pd.DataFrame:
     )
 
 
+def robust_table(found: list[dict]) -> pd.DataFrame:
+    """What the comparisons say without assuming normal differences: the median log-ratio with the
+    sign test's interval (its exact coverage, which 5 seeds cannot bring to 95%), the sign test,
+    and the check of normality that decides which summary the verdict uses."""
+    return pd.DataFrame(
+        {
+            "B against A": [f"{c['b']} against {c['a']}" for c in found],
+            "Median per token": [signed(c["median"]["log_ratio"]) for c in found],
+            "Interval per token": [interval(*c["median"]["log_ratio_ci95"]) for c in found],
+            "Median per word": [signed(c["median"]["log_ratio_per_word"]) for c in found],
+            "Interval per word": [interval(*c["median"]["log_ratio_per_word_ci95"]) for c in found],
+            "Coverage": ["n/a" if math.isnan(c["median"]["coverage"]) else f"{c['median']['coverage']:.1%}" for c in found],
+            "Sign test p": [p_value(c["sign_p"]) for c in found],
+            "Shapiro-Wilk p": [p_value(c["normality_p"]) for c in found],
+        }
+    )
+
+
 def claim_sentence(found: list[dict], claim: dict, tokens_per_word: float) -> str | None:
     """The course chapter's comparison beside ours: its corpus and unit are unknown, so only the
     sign of its log-ratio carries over."""
@@ -407,11 +425,20 @@ def exp_show_columns(found: list[dict]) -> dict:
 
 
 def headline_line(comparison: dict) -> str:
-    """One line of the report's headline box: a comparison's per-token change with its CI."""
+    """One line of the report's headline box: a comparison's per-token change with its CI, or its
+    median with the sign test's interval where the seeds' differences are not normal."""
     a, b, n = comparison["a"], comparison["b"], len(comparison["seeds"])
     change = f"{b} against {a}: perplexity {comparison['relative']:+.1%} per token"
     if n < 2:
         return f"{change} (one seed: no confidence interval)."
+    if not comparison["normal"]:
+        median = comparison["median"]
+        return (
+            f"{b} against {a}: median perplexity {median['relative']:+.1%} per token, {median['coverage']:.1%} "
+            f"interval {percent_interval(*median['relative_ci95'])}; lower for {b} in {comparison['b_better_in']} "
+            f"of {n} seeds, sign test {p_is(comparison['sign_p'])} (the differences are not normal: mean "
+            f"{comparison['relative']:+.1%})."
+        )
     return (
         f"{change}, 95% CI {percent_interval(*comparison['relative_ci95'])}; lower for {b} in "
         f"{comparison['b_better_in']} of {n} seeds."
@@ -439,6 +466,15 @@ def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float)
             "sign does not.",
         ),
         ("table", comparison_table(found)),
+        (
+            "text",
+            "The t interval assumes the per-seed log-ratios are normal; Shapiro-Wilk checks that (a small p "
+            "rejects it, and with few seeds it can miss a departure). Beside it, what assumes only "
+            "independent seeds: the median log-ratio with the interval the sign test gives (order "
+            "statistics; with 5 seeds at most 93.8%, from the smallest to the largest), and the sign test. "
+            "Where normality is rejected the verdict follows these.",
+        ),
+        ("table", robust_table(found)),
         *[("text", verdict(c)) for c in found],
     ]
     claim = settings.get("chapter_claim")

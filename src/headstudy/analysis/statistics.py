@@ -1,6 +1,6 @@
 """Confidence intervals over seeds, paired, per-seed and pooled comparisons of model variants, trends over
-a head-count sweep, and a null for the spotlight measure. Student t and F from scipy; nothing here
-is specific to attention.
+a head-count sweep, and a null for the spotlight measure. Student t, F, Shapiro-Wilk and the binomial
+from scipy; nothing here is specific to attention.
 
 Perplexity is exp(mean NLL per token), so everything is computed on log-perplexity (the NLL,
 where seed-to-seed noise is roughly symmetric) and exponentiated: a perplexity interval is then
@@ -17,6 +17,8 @@ import math
 import numpy as np
 from scipy import stats
 
+from headstudy.analysis.wording import p_is
+
 
 def mean_ci95(values) -> tuple[float, float, float]:
     """Mean and 95% Student-t interval; with one value the interval is undefined (nan)."""
@@ -26,6 +28,40 @@ def mean_ci95(values) -> tuple[float, float, float]:
         return mean, math.nan, math.nan
     half_width = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
     return mean, float(mean - half_width), float(mean + half_width)
+
+
+def median_interval(values, level: float = 0.95) -> tuple[float, float, float, float]:
+    """Median, its distribution-free interval and that interval's exact coverage: the order
+    statistics x(k) and x(n+1-k) with the largest k whose coverage, 1 - 2 P(Binomial(n, 1/2) < k),
+    is at least `level` (the interval the sign test inverts; it assumes only independent values).
+    Below 6 values no k reaches 95%, and the interval is [min, max] with the coverage it has."""
+    values = np.sort(np.asarray(values, dtype=float))
+    n = len(values)
+    median = float(np.median(values))
+    if n < 2:
+        return median, math.nan, math.nan, math.nan
+    coverage = [1 - 2 * stats.binom.cdf(k - 1, n, 0.5) for k in range(1, n // 2 + 1)]
+    k = max((k for k, c in enumerate(coverage, start=1) if c >= level), default=1)
+    return median, float(values[k - 1]), float(values[n - k]), float(coverage[k - 1])
+
+
+def sign_test(values) -> float:
+    """Two-sided exact sign test of a zero median: the binomial p of the count of negative values
+    among the non-zero ones (nan when none is non-zero)."""
+    values = np.asarray(values, dtype=float)
+    nonzero = values[values != 0]
+    if not len(nonzero):
+        return math.nan
+    return float(stats.binomtest(int((nonzero < 0).sum()), len(nonzero), 0.5).pvalue)
+
+
+def normality_p(values) -> float:
+    """Shapiro-Wilk p that the values come from a normal distribution: small p means a t interval
+    on them is not to be trusted. nan below 3 values, or when all are equal."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < 3 or np.ptp(values) == 0:
+        return math.nan
+    return float(stats.shapiro(values).pvalue)
 
 
 def perplexity_ci95(perplexities) -> tuple[float, float, float]:
@@ -62,13 +98,18 @@ def paired_difference(
     variation cancels. `log_ratio` is the mean over seeds of log ppl_B - log ppl_A, with a 95%
     Student-t interval on S - 1 degrees of freedom (negative means B is better); `b_better_in` of
     the `seeds` are the seeds where B's perplexity is lower. `diff_mean` is the mean paired
-    difference in perplexity itself, for reading."""
+    difference in perplexity itself, for reading. Beside them, for differences a t interval does
+    not fit (one collapsed seed makes the mean): the Shapiro-Wilk p of the per-seed log-ratios
+    (`normality_p`), their median with its distribution-free interval and coverage, and the sign
+    test's p; `normal` is False when Shapiro-Wilk rejects at 5%."""
     seeds = sorted(set(ppl_a) & set(ppl_b))
     if not seeds:
         raise ValueError(f"no seed has both {name_a} and {name_b}")
     per_seed = [math.log(ppl_b[s] / ppl_a[s]) for s in seeds]
     log_ratio, low, high = mean_ci95(per_seed)
     diff_mean, diff_low, diff_high = mean_ci95([ppl_b[s] - ppl_a[s] for s in seeds])
+    median, median_low, median_high, coverage = median_interval(per_seed)
+    shapiro = normality_p(per_seed)
     return {
         "a": name_a,
         "b": name_b,
@@ -79,11 +120,19 @@ def paired_difference(
         "diff_ci95": [diff_low, diff_high],
         **log_ratio_units(log_ratio, low, high, tokens_per_word),
         "significant": bool(low > 0 or high < 0),  # nan compares False: one seed claims nothing
+        "normality_p": shapiro,
+        "normal": not shapiro < 0.05,  # nan (too few seeds to check) leaves the t interval in charge
+        "median": {
+            **log_ratio_units(median, median_low, median_high, tokens_per_word),
+            "coverage": coverage,
+        },
+        "sign_p": sign_test(per_seed),
     }
 
 
 def verdict(comparison: dict) -> str:
-    """The result in words, following the numbers."""
+    """The result in words, following the numbers: from the t interval where the seeds'
+    differences may be normal, from the median and the sign test where Shapiro-Wilk rejects that."""
     a, b = comparison["a"], comparison["b"]
     low, high = comparison["relative_ci95"]
     n = len(comparison["seeds"])
@@ -92,8 +141,24 @@ def verdict(comparison: dict) -> str:
     )
     if n < 2:
         return f"With one seed there is no confidence interval, so no claim is made: {b} against {a}, {numbers}."
-    interval = f"95% CI [{low:+.1%}, {high:+.1%}] over {n} seeds"
     seeds = f"lower perplexity for {b} in {comparison['b_better_in']} of {n} seeds"
+    if not comparison["normal"]:
+        median = comparison["median"]
+        numbers = (
+            f"median {median['relative']:+.1%} per token, {median['coverage']:.1%} distribution-free interval "
+            f"[{median['relative_ci95'][0]:+.1%}, {median['relative_ci95'][1]:+.1%}]; {seeds}, sign test "
+            f"{p_is(comparison['sign_p'])}"
+        )
+        why = (
+            f"the seeds' differences are not normal (Shapiro-Wilk {p_is(comparison['normality_p'])}), so the mean "
+            f"({comparison['relative']:+.1%}) and its t interval are no summary"
+        )
+        if comparison["sign_p"] < 0.05:
+            better, worse = (b, a) if median["log_ratio"] < 0 else (a, b)
+            return f"{better} better than {worse}: {b} against {a}, {numbers}; {why}."
+        floor = " (the smallest p that so few seeds allow)" if comparison["sign_p"] == sign_test([1.0] * n) else ""
+        return f"Not resolved at the 5% level without assuming normal differences: {b} against {a}, {numbers}{floor}; {why}."
+    interval = f"95% CI [{low:+.1%}, {high:+.1%}] over {n} seeds"
     if not comparison["significant"]:
         return f"No clear difference between {a} and {b}: {numbers}, and the {interval} includes 0; {seeds}."
     better, worse = (b, a) if comparison["relative"] < 0 else (a, b)
