@@ -20,7 +20,7 @@ from headstudy.analysis.statistics import (
     variance_ratio,
     verdict,
 )
-from headstudy.analysis.wording import interval, label, p_is, p_value, percent_interval, signed
+from headstudy.analysis.wording import interval, label, p_is, p_value, percent, percent_interval, signed
 from headstudy.formats.names import parse_variant
 
 
@@ -80,7 +80,7 @@ def robust_table(found: list[dict]) -> pd.DataFrame:
             "Interval per token": [interval(*c["median"]["log_ratio_ci95"]) for c in found],
             "Median per word": [signed(c["median"]["log_ratio_per_word"]) for c in found],
             "Interval per word": [interval(*c["median"]["log_ratio_per_word_ci95"]) for c in found],
-            "Coverage": ["n/a" if math.isnan(c["median"]["coverage"]) else f"{c['median']['coverage']:.1%}" for c in found],
+            "Coverage": [percent(c["median"]["coverage"]) for c in found],
             "Sign test p": [p_value(c["sign_p"]) for c in found],
             "Shapiro-Wilk p": [p_value(c["normality_p"]) for c in found],
         }

@@ -157,7 +157,8 @@ def verdict(comparison: dict) -> str:
             better, worse = (b, a) if median["log_ratio"] < 0 else (a, b)
             return f"{better} better than {worse}: {b} against {a}, {numbers}; {why}."
         floor = " (the smallest p that so few seeds allow)" if comparison["sign_p"] == sign_test([1.0] * n) else ""
-        return f"Not resolved at the 5% level without assuming normal differences: {b} against {a}, {numbers}{floor}; {why}."
+        unresolved = "Not resolved at the 5% level without assuming normal differences"
+        return f"{unresolved}: {b} against {a}, {numbers}{floor}; {why}."
     interval = f"95% CI [{low:+.1%}, {high:+.1%}] over {n} seeds"
     if not comparison["significant"]:
         return f"No clear difference between {a} and {b}: {numbers}, and the {interval} includes 0; {seeds}."

@@ -31,6 +31,10 @@ def percent_interval(low: float, high: float) -> str:
     return "n/a" if math.isnan(low) else f"[{low:+.1%}, {high:+.1%}]"
 
 
+def percent(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.1%}"
+
+
 def p_value(p: float) -> str:
     return "n/a" if math.isnan(p) else "<0.001" if p < 0.001 else f"{p:.3f}"
 
