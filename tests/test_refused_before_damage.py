@@ -360,6 +360,19 @@ def test_configure_refuses_a_section_whose_keys_were_removed(study, capsys, sect
     assert files_in(Path.cwd()) == before
 
 
+@pytest.mark.parametrize("trainer", [None, {"val_every_steps": 10}])
+def test_configure_refuses_a_study_that_does_not_state_its_budget(study, capsys, trainer):
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    if trainer is None:
+        del params["trainer"]  # the section deleted: conf's 3,000 steps would train silently
+    else:
+        params["trainer"] = trainer
+    before = study(params)
+    line = refused(capsys, "configure")
+    assert "params.yaml: expected trainer.max_steps, the study's training budget in steps" in line, line
+    assert files_in(Path.cwd()) == before
+
+
 @pytest.mark.parametrize("command", [["configure"], ["config"], ["train", "variant=4"]])
 def test_a_key_given_twice_in_params_yaml_is_refused_as_dvc_refuses_it(study, capsys, command):
     before = study(SMALL)

@@ -163,6 +163,17 @@ def diagnosis_runs(params: dict, models: list[dict]) -> list[dict]:
     ]
 
 
+def check_budget(params: dict) -> None:
+    """A study states its training budget: conf's default would otherwise train it silently when
+    the trainer: section is lost from params.yaml."""
+    trainer = params.get("trainer")
+    if not isinstance(trainer, dict) or "max_steps" not in trainer:
+        raise ConfigError(
+            f"{PARAMS_FILE}: expected trainer.max_steps, the study's training budget in steps (for example "
+            "trainer: {max_steps: 3000}); a study states its budget rather than taking conf's"
+        )
+
+
 def check_report(params: dict) -> dict:
     report = params.get("report")
     if not isinstance(report, dict) or not isinstance(report.get("title"), str):
@@ -311,6 +322,7 @@ def check_stage_file(path: Path) -> None:
 def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     """Every stage's config file, by its path under configs/."""
     models = study_models(params)
+    check_budget(params)
     report = check_report(params)
     check_waiting_variants(params, models)
     files: dict[str, DictConfig] = {}
