@@ -3,7 +3,13 @@ the plain loop, split by record_function labels into attention, MLP, norms, cros
 the rest (embeddings, output layer), drawing the batch and the optimizer; then the Lightning
 overhead per step, the `train` stage's step time minus the plain loop's, timed in the same run.
 
-    python benchmarks/profile_step.py [--warmup 10] [--steps 5] [hydra overrides]
+    python benchmarks/profile_step.py [hydra overrides] [--warmup 10] [--steps 5]
+        [--precisions 32-true bf16-mixed]
+
+For each precision (bfloat16 as the train stage runs it: autocast around the forward pass and the
+loss) and head count: the labelled parts, then the operators with the most time of their own
+(self time, children excluded), matrix products summed, so that the parts can be read against
+what the CPU does in them.
 
 Module hooks open and close the labels, in the backward pass too (full backward hooks), so
 work that autograd interleaves at a module's boundary may land on either side of it. The
@@ -15,10 +21,11 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from throughput import plain_loop, stage_trainer, timed_run
+from throughput import COMPUTE_DTYPES, plain_loop, stage_trainer, timed_run
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -29,6 +36,10 @@ from headstudy.weights.model import MLP, CausalSelfAttention, Decoder, next_toke
 from headstudy.weights.training import LanguageModelModule, TrainingBatches
 
 PARTS = {CausalSelfAttention: "attention", MLP: "mlp", nn.RMSNorm: "norms"}
+# The operators that are matrix products (the linear layers' and the output layer's; SDPA's own
+# products are inside its fused attention kernel, which is counted as attention).
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+TOP_OPERATORS = 8
 
 
 def label_parts(model: nn.Module) -> None:
@@ -53,8 +64,9 @@ def label_parts(model: nn.Module) -> None:
         module.register_full_backward_hook(lambda m, gin, gout, label=f"{part} backward": leave(m, label))
 
 
-def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
-    """Milliseconds per step of every labelled range, over `steps` steps after `warmup`."""
+def profiled_steps(config, warmup: int, steps: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Milliseconds per step of every labelled range (children included) and of every operator's
+    own time (children excluded), over `steps` steps after `warmup`."""
     torch.manual_seed(config.seed)
     model = Decoder(model_config(config))
     label_parts(model)
@@ -64,11 +76,14 @@ def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
         load_tokens(Path(config.paths.prepared), "train"), config.data.batch_size, config.model.context, config.seed
     )
 
+    dtype = COMPUTE_DTYPES.get(str(config.trainer.precision))
+    autocast = torch.autocast("cpu", dtype=dtype) if dtype else nullcontext()
+
     def step(k: int) -> None:
         with record_function("step"):
             with record_function("batch"):
                 inputs, targets = batches[k]
-            with record_function("forward"):
+            with record_function("forward"), autocast:
                 logits = model(inputs)
                 with record_function("cross-entropy forward"):
                     loss = next_token_loss(logits, targets)
@@ -85,9 +100,12 @@ def profiled_steps(config, warmup: int, steps: int) -> dict[str, float]:
         for k in range(warmup, warmup + steps):
             step(k)
     totals: dict[str, float] = {}
+    own: dict[str, float] = {}
     for event in profiler.key_averages():
         totals[event.key] = event.cpu_time_total / 1e3 / steps  # ms per step, children included
-    return totals
+        if event.key.startswith("aten::"):
+            own[event.key] = event.self_cpu_time_total / 1e3 / steps
+    return totals, own
 
 
 def breakdown(ms: dict[str, float]) -> list[tuple[str, float]]:
@@ -114,32 +132,46 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=5, help="profiled steps, averaged")
     parser.add_argument("--timed-steps", type=int, default=100, help="steps of each loop for the Lightning overhead")
+    parser.add_argument("--precisions", nargs="+", default=["32-true"], help="trainer.precision values")
     args, overrides = parser.parse_known_args()
     if not 0 <= args.warmup < args.timed_steps:
         parser.error(f"--warmup={args.warmup} must be at least 0 and fewer than --timed-steps={args.timed_steps}")
-    for heads in (1, 4):
-        config = compose_config([*overrides, *timed_run(args.timed_steps), f"model.n_heads={heads}"])
-        torch.set_num_threads(config.threads)
-        ms = profiled_steps(config, args.warmup, args.steps)
-        step_ms = ms["step"]
-        print(
-            f"\n{heads} head{'s' if heads > 1 else ''}: one training step under the profiler, "
-            f"{step_ms:.2f} ms (batch {config.data.batch_size} x {config.model.context}, "
-            f"{config.threads} threads)"
-        )
-        for name, value in breakdown(ms):
-            print(f"  {name:<52} {value:8.2f} ms  {value / step_ms:6.1%}")
+    for precision in args.precisions:
+        for heads in (1, 4):
+            config = compose_config(
+                [*overrides, *timed_run(args.timed_steps), f"model.n_heads={heads}", f"trainer.precision={precision}"]
+            )
+            profile_one(config, args)
 
-        tokens_per_step = config.data.batch_size * config.model.context
-        with tempfile.TemporaryDirectory() as scratch:
-            os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/profile.db"
-            plain = 1e3 * tokens_per_step / plain_loop(config, args.timed_steps, args.warmup)
-            stage = 1e3 * tokens_per_step / stage_trainer(config, args.timed_steps, args.warmup)
-        print(
-            f"  Lightning overhead: stage {stage:.2f} ms - plain loop {plain:.2f} ms = "
-            f"{stage - plain:+.2f} ms per step ({(stage - plain) / plain:+.1%}), "
-            f"{args.timed_steps - args.warmup} steps each after {args.warmup} untimed, no profiler"
-        )
+
+def profile_one(config, args) -> None:
+    """One (precision, head count): the profile of a step, then the Lightning overhead."""
+    heads = config.model.n_heads
+    torch.set_num_threads(config.threads)
+    ms, own = profiled_steps(config, args.warmup, args.steps)
+    step_ms = ms["step"]
+    print(
+        f"\n{heads} head{'s' if heads > 1 else ''}, {config.trainer.precision}: one training step under the "
+        f"profiler, {step_ms:.2f} ms (batch {config.data.batch_size} x {config.model.context}, "
+        f"{config.threads} threads)"
+    )
+    for name, value in breakdown(ms):
+        print(f"  {name:<52} {value:8.2f} ms  {value / step_ms:6.1%}")
+    matmuls = sum(own.get(name, 0.0) for name in MATMULS)
+    print(f"  operators' own time: matrix products ({', '.join(MATMULS)}) {matmuls:.2f} ms  {matmuls / step_ms:.1%}")
+    for name, value in sorted(own.items(), key=lambda item: -item[1])[:TOP_OPERATORS]:
+        print(f"    {name:<50} {value:8.2f} ms  {value / step_ms:6.1%}")
+
+    tokens_per_step = config.data.batch_size * config.model.context
+    with tempfile.TemporaryDirectory() as scratch:
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/profile.db"
+        plain = 1e3 * tokens_per_step / plain_loop(config, args.timed_steps, args.warmup)
+        stage = 1e3 * tokens_per_step / stage_trainer(config, args.timed_steps, args.warmup)
+    print(
+        f"  Lightning overhead: stage {stage:.2f} ms - plain loop {plain:.2f} ms = "
+        f"{stage - plain:+.2f} ms per step ({(stage - plain) / plain:+.1%}), "
+        f"{args.timed_steps - args.warmup} steps each after {args.warmup} untimed, no profiler"
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ in bfloat16 mixed precision, and of all four against this machine's matmul peak 
 precision (model FLOPs utilisation), for 1 and 4 heads.
 
     python benchmarks/throughput.py [--steps 300] [--warmup 20] [--rounds 4]
-        [--precisions 32-true bf16-mixed] [--heads 1 4] [--loops plain stage] [hydra overrides]
+        [--precisions 32-true bf16-mixed] [--heads 1 4] [--loops plain stage] [--compile]
+        [hydra overrides]
 
 For each head count, in one process:
 - tokens/s of the stage's Trainer (`build_trainer` with the MLflow logger and progress bar, as
@@ -13,6 +14,10 @@ For each head count, in one process:
   `--precisions`. Each round runs every (loop, precision) once, in an order that reverses from
   one round to the next, and the ratios (stage / plain, and each precision / the first) are
   taken round by round, so drift in the machine's speed hits both sides of a ratio.
+- with `--compile`, each precision once more with `trainer.compile=true` (torch.compile of the
+  model, its compile time inside the untimed warm-up steps), in the same alternating rounds, and
+  for the plain loop whether its weights after the last step are the same in every round (a
+  setting the study could adopt must be bit-reproducible run to run);
 - the model FLOPs per trained token, counted from the config (see `training_flops`);
 - MFU = tokens/s x FLOPs per token / peak, against two peaks of the run's own precision: the
   measured one, the better of two timings of 2048 x 2048 matmuls (8192 x 8192 on a GPU) before
@@ -42,7 +47,7 @@ from headstudy.bookkeeping.provenance import cpu_info
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.settings.training import training_settings
-from headstudy.weights.model import Decoder, next_token_loss
+from headstudy.weights.model import Decoder, next_token_loss, weights_sha256
 from headstudy.weights.training import (
     LanguageModelModule,
     TokenDataModule,
@@ -124,8 +129,9 @@ def rated_cpu_peak(dtype: torch.dtype, threads: int) -> dict | None:
     }
 
 
-def plain_loop(config, steps: int, warmup: int) -> float:
-    """The training step written out in PyTorch: tokens/s over the steps after `warmup`."""
+def plain_loop(config, steps: int, warmup: int, weights: list | None = None) -> float:
+    """The training step written out in PyTorch: tokens/s over the steps after `warmup`. The
+    sha256 of the weights after the last step is appended to `weights` when it is given."""
     device = device_of(config)
     torch.manual_seed(config.seed)
     model = Decoder(model_config(config)).to(device)
@@ -150,7 +156,10 @@ def plain_loop(config, steps: int, warmup: int) -> float:
         optimizer.step()
         schedule.step()
     synchronize(device)
-    return (steps - warmup) * config.data.batch_size * config.model.context / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    if weights is not None:
+        weights.append(weights_sha256(model.cpu()))
+    return (steps - warmup) * config.data.batch_size * config.model.context / elapsed
 
 
 class StepClock(L.Callback):
@@ -207,17 +216,20 @@ def timed_run(steps: int) -> list[str]:
 
 def benchmark(
     configs: dict[str, object], steps: int, warmup: int, rounds: int, loops: list[str]
-) -> dict[tuple[str, str], list[float]]:
-    """tokens/s of every (loop, precision), `rounds` times: each round runs them all once, in
-    an order reversed from the round before, so a machine speeding up or slowing down favours
-    none of them."""
-    runs = [(loop, precision) for precision in configs for loop in loops]
+) -> tuple[dict[tuple[str, str], list[float]], dict[str, list[str]]]:
+    """tokens/s of every (loop, setting), `rounds` times: each round runs them all once, in an
+    order reversed from the round before, so a machine speeding up or slowing down favours none
+    of them. With it, the plain loop's final weights per setting, one sha256 per round."""
+    runs = [(loop, setting) for setting in configs for loop in loops]
     results = {run: [] for run in runs}
+    weights = {setting: [] for setting in configs}
     for round_index in range(rounds):
-        for loop, precision in runs if round_index % 2 == 0 else runs[::-1]:
-            timed = plain_loop if loop == "plain" else stage_trainer
-            results[(loop, precision)].append(timed(configs[precision], steps, warmup))
-    return results
+        for loop, setting in runs if round_index % 2 == 0 else runs[::-1]:
+            if loop == "plain":
+                results[(loop, setting)].append(plain_loop(configs[setting], steps, warmup, weights[setting]))
+            else:
+                results[(loop, setting)].append(stage_trainer(configs[setting], steps, warmup))
+    return results, weights
 
 
 def by_round(numerators: list[float], denominators: list[float]) -> dict:
@@ -234,19 +246,27 @@ def main() -> None:
     parser.add_argument("--heads", nargs="+", type=int, default=[1, 4], help="head counts (model.n_heads)")
     # The plain loop alone needs no MLflow: on a machine without it, the model's own speed.
     parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS), help="loops to time")
+    parser.add_argument("--compile", action="store_true", help="each precision also with trainer.compile=true")
     args, overrides = parser.parse_known_args()
     if not 0 <= args.warmup < args.steps:
         parser.error(f"--warmup={args.warmup} must be at least 0 and fewer than --steps={args.steps}")
+    # A setting is a precision, compiled or not: "32-true", "32-true compiled".
+    settings = {
+        f"{precision}{' compiled' if compiled else ''}": [
+            f"trainer.precision={precision}",
+            f"trainer.compile={str(compiled).lower()}",
+        ]
+        for compiled in ([False, True] if args.compile else [False])
+        for precision in args.precisions
+    }
     configs = {
         heads: {
-            precision: compose_config(
-                [*overrides, *timed_run(args.steps), f"model.n_heads={heads}", f"trainer.precision={precision}"]
-            )
-            for precision in args.precisions
+            setting: compose_config([*overrides, *timed_run(args.steps), f"model.n_heads={heads}", *setting_overrides])
+            for setting, setting_overrides in settings.items()
         }
         for heads in args.heads
     }
-    first = configs[args.heads[0]][args.precisions[0]]
+    first = configs[args.heads[0]][next(iter(settings))]
     torch.set_num_threads(first.threads)
     device = device_of(first)
     dtypes = {precision: COMPUTE_DTYPES.get(precision, torch.float32) for precision in args.precisions}
@@ -256,10 +276,11 @@ def main() -> None:
     peaks = {precision: [matmul_peak(device, dtype, size)] for precision, dtype in dtypes.items()}
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{scratch}/benchmark.db"
-        measured = {
-            heads: benchmark(by_precision, args.steps, args.warmup, args.rounds, args.loops)
-            for heads, by_precision in configs.items()
-        }
+        measured, final_weights = {}, {}
+        for heads, by_setting in configs.items():
+            measured[heads], final_weights[heads] = benchmark(
+                by_setting, args.steps, args.warmup, args.rounds, args.loops
+            )
     for precision, dtype in dtypes.items():
         peaks[precision].append(matmul_peak(device, dtype, size))
     rated = {
@@ -267,18 +288,19 @@ def main() -> None:
         for precision, dtype in dtypes.items()
     }
 
-    baseline = args.precisions[0]
+    baseline = next(iter(settings))
     models = []
     for heads, results in measured.items():
         flops = training_flops(configs[heads][baseline])
         runs = []
-        for (loop, precision), values in results.items():
+        for (loop, setting), values in results.items():
+            precision = str(configs[heads][setting].trainer.precision)
             median = statistics.median(values)
             rated_peak = rated[precision]
             runs.append(
                 {
                     "loop": loop,
-                    "precision": precision,
+                    "setting": setting,
                     "tokens_per_sec": [round(v) for v in values],
                     "over_baseline": by_round(values, results[(loop, baseline)]),
                     "mfu_measured_peak": round(median * flops["total"] / max(peaks[precision]), 3),
@@ -288,17 +310,26 @@ def main() -> None:
                 }
             )
         stage_over_plain = {
-            precision: by_round(results[("stage", precision)], results[("plain", precision)])
-            for precision in args.precisions
+            setting: by_round(results[("stage", setting)], results[("plain", setting)])
+            for setting in settings
             if set(LOOPS) <= set(args.loops)
         }
-        models.append({"heads": heads, "flops_per_token": flops, "runs": runs, "stage_over_plain": stage_over_plain})
+        same_weights = {setting: len(set(shas)) == 1 for setting, shas in final_weights[heads].items() if len(shas) > 1}
+        models.append(
+            {
+                "heads": heads,
+                "flops_per_token": flops,
+                "runs": runs,
+                "stage_over_plain": stage_over_plain,
+                "plain_weights_same_every_round": same_weights,
+            }
+        )
     print(
         json.dumps(
             {
                 "device": torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {first.threads} threads",
                 "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                "baseline_precision": baseline,
+                "baseline": baseline,
                 "batch": [first.data.batch_size, first.model.context],
                 "steps": args.steps,
                 "warmup": args.warmup,
@@ -313,7 +344,7 @@ def main() -> None:
             indent=2,
         )
     )
-    header = ["heads", "loop", "precision", "tokens/s, by round", f"/ {baseline}, by round", "median"]
+    header = ["heads", "loop", "setting", "tokens/s, by round", f"/ {baseline}, by round", "median"]
     print("\n| " + " | ".join([*header, "MFU (measured peak)", "MFU (rated peak)"]) + " |")
     print("|---|---|---|---|---|---|---|---|")
     for model in models:
@@ -322,14 +353,16 @@ def main() -> None:
             rated_mfu = f"{run['mfu_rated_peak']:.0%}" if run["mfu_rated_peak"] is not None else "n/a"
             tokens = ", ".join(f"{v:,}" for v in run["tokens_per_sec"])
             print(
-                f"| {model['heads']} | {run['loop']} | {run['precision']} | {tokens} "
+                f"| {model['heads']} | {run['loop']} | {run['setting']} | {tokens} "
                 f"| {', '.join(f'{r:.3f}' for r in ratio['rounds'])} | {ratio['median']:.3f} "
                 f"| {run['mfu_measured_peak']:.0%} | {rated_mfu} |"
             )
     for model in models:
-        for precision, ratio in model["stage_over_plain"].items():
+        for setting, ratio in model["stage_over_plain"].items():
             shown = f"stage / plain by round {ratio['rounds']}, median {ratio['median']}"
-            print(f"{model['heads']} head(s), {precision}: {shown}")
+            print(f"{model['heads']} head(s), {setting}: {shown}")
+        for setting, same in model["plain_weights_same_every_round"].items():
+            print(f"{model['heads']} head(s), {setting}: plain loop's final weights the same in every round: {same}")
 
 
 if __name__ == "__main__":
