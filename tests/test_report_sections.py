@@ -256,6 +256,36 @@ def test_a_budget_criterion_not_met_says_what_that_means_for_the_comparisons(tmp
     assert "NOT" not in text
 
 
+def test_models_short_of_the_budget_criterion_or_of_the_bigram_give_no_answer():
+    rows = [{"label": "1 head", "below_bigram": 0.5}, {"label": "4 heads", "below_bigram": 0.05}]
+    criterion = {"budget": {"beat_bigram_by": 0.10}}
+    line = budget.no_answer(rows, criterion)
+    assert line.startswith("No answer: the models are undertrained (4 heads is 5.0% below the bigram")
+    assert "at least 10% below it (report.budget)" in line
+    # Without a stated criterion, a model must beat the bigram at all.
+    assert budget.no_answer(rows, {}) is None
+    rows[1]["below_bigram"] = -2.24  # the quick look's tiny models: 224% worse than the bigram
+    assert "(4 heads is worse than the bigram by 224.0%, and every variant must be below it)" in budget.no_answer(
+        rows, {}
+    )
+    rows[1]["below_bigram"] = 0.5
+    assert budget.no_answer(rows, criterion) is None
+
+
+def test_undertrained_models_leave_no_change_with_a_ci_in_the_metrics():
+    comparison = {
+        "variant_a": "1",
+        "variant_b": "4",
+        **paired_difference({0: 90.0, 1: 95.0}, {0: 80.0, 1: 82.0}, "a", "b"),
+    }
+    summary = {"rows": [{"variant": "4", "test_ppl_mean": 81.0}], "comparisons": [comparison]}
+    assert "change_pct/4_vs_1" in headline.metric_files(summary)
+    assert "change_pct/4_vs_1/per_token" in headline.report_metrics(summary)
+    summary["no_answer"] = "No answer: the models are undertrained (...)"
+    assert list(headline.metric_files(summary)) == ["test_ppl/4"]
+    assert list(headline.report_metrics(summary)) == ["test_ppl/4"]
+
+
 def test_a_budget_criterion_that_cannot_be_checked_in_full_is_not_called_met(tmp_path):
     rows, _, curves, stats, settings = budget_inputs(tmp_path, gap_end=-0.01)
     rows[1]["below_bigram"] = 0.4

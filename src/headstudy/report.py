@@ -20,7 +20,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis import report_figures
-from headstudy.analysis.budget import budget_section, evidence_curves
+from headstudy.analysis.budget import budget_section, evidence_curves, no_answer
 from headstudy.analysis.comparisons import (
     comparison_blocks,
     comparisons,
@@ -195,11 +195,12 @@ def study_report(
     tokens_per_word = (test["tokens"] - 1) / (test["words"] + test["lines"])
     rows = perplexity_by_variant(inputs["metrics"], variants, labels, bigram)
     found = comparisons(rows, settings.get("compare", []), tokens_per_word)
+    unanswered = no_answer(rows, settings) if found else None
     curves = inputs["curves"]
     header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
     blocks = [
         ("title", settings["title"]),
-        *([("headline", [headline_line(c) for c in found])] if found else []),
+        *([("headline", [unanswered] if unanswered else [headline_line(c) for c in found])] if found else []),
         ("text", header),
         (
             "text",
@@ -209,7 +210,7 @@ def study_report(
             + (" (none with one seed)." if len(rows[0]["seeds"]) < 2 else "."),
         ),
         ("table", results_table(rows, baselines, stats["vocab_size"])),
-        *comparison_blocks(found, settings, tokens_per_word),
+        *comparison_blocks(found, settings, tokens_per_word, unanswered),
     ]
     pooled, pooled_summary = pooled_blocks(rows, found, settings, tokens_per_word, figure_dir)
     blocks += pooled
@@ -219,6 +220,7 @@ def study_report(
         "rows": rows,
         "baselines": {k: baselines[k] for k in ("unigram", "bigram")},
         "comparisons": found,
+        "no_answer": unanswered,
         "compare": exp_show_columns(found),
         **pooled_summary,
     }
@@ -275,8 +277,8 @@ def study_report(
     if settings.get("inspect"):
         blocks += heads_blocks(inputs["heads"], labels)
     progress.print_table(results_table(rows, baselines, stats["vocab_size"]))
-    for comparison in found:
-        progress.print_wrapped(verdict(comparison))
+    for line in [unanswered] if unanswered else [verdict(comparison) for comparison in found]:
+        progress.print_wrapped(line)
     return blocks, summary
 
 

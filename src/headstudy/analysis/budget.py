@@ -13,6 +13,27 @@ from headstudy.analysis.wording import label
 from headstudy.common.errors import ConfigError
 
 
+def no_answer(rows: list[dict], settings: dict) -> str | None:
+    """Why the study gives no answer, when a variant is not far enough below the bigram: the
+    budget's criterion (report.budget.beat_bigram_by) where the study states one, else beating the
+    bigram at all. A comparison of models that are undertrained or broken is no result, whatever
+    its interval."""
+    margin = (settings.get("budget") or {}).get("beat_bigram_by", 0.0)
+    worst = min(rows, key=lambda r: r["below_bigram"])
+    if worst["below_bigram"] >= margin and worst["below_bigram"] > 0:
+        return None
+    where = (
+        f"{worst['below_bigram']:.1%} below the bigram"
+        if worst["below_bigram"] > 0
+        else f"worse than the bigram by {-worst['below_bigram']:.1%}"
+    )
+    asked = f"at least {margin:.0%} below it (report.budget)" if margin else "below it"
+    return (
+        f"No answer: the models are undertrained ({worst['label'].lower()} is {where}, and every variant must be "
+        f"{asked}); the comparisons below are not a result."
+    )
+
+
 def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[list, dict]:
     """The budget paragraph from the study's own curves, the criterion of report.budget, and the
     long runs' evidence with its figure when they were validated at this study's budget."""

@@ -445,7 +445,9 @@ def headline_line(comparison: dict) -> str:
     )
 
 
-def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float) -> list:
+def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float, unanswered: str | None = None) -> list:
+    """The comparisons section; where the models are undertrained (`unanswered`, the reason), it
+    says so before any number and states no verdict."""
     if not found:
         return [
             ("heading", "The comparisons"),
@@ -457,6 +459,7 @@ def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float)
         ]
     blocks = [
         ("heading", "The comparisons"),
+        *([("text", unanswered)] if unanswered else []),
         (
             "text",
             "Each comparison of B against A is the mean over seeds of log ppl(B) - log ppl(A), paired by "
@@ -475,7 +478,7 @@ def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float)
             "Where normality is rejected the verdict follows these.",
         ),
         ("table", robust_table(found)),
-        *[("text", verdict(c)) for c in found],
+        *([] if unanswered else [("text", verdict(c)) for c in found]),
     ]
     claim = settings.get("chapter_claim")
     sentence = claim_sentence(found, claim, tokens_per_word) if claim else None

@@ -44,17 +44,24 @@ def numeric_leaves(tree: dict) -> dict[str, float]:
     return found
 
 
+def answered(summary: dict, key: str):
+    """The summary's comparisons or contrasts, none where the models are undertrained (the report
+    says why, in its `no_answer`): a number with a CI there would read as an answer."""
+    return [] if summary.get("no_answer") else summary.get(key) or []
+
+
 def report_metrics(summary: dict) -> dict[str, float]:
     """`test_ppl/VARIANT` (geometric mean over seeds); `change_pct/B_vs_A/per_token` and
     `per_word`, each with `_ci95_low` and `_ci95_high`; the 2 x 2's `contrast_pct/NAME/...`; a
-    learning-rate study's `selected_lr/VARIANT`."""
+    learning-rate study's `selected_lr/VARIANT`. No change or contrast where the models are
+    undertrained."""
     return numeric_leaves(
         {
             "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
             "change_pct": {
-                f"{c['variant_b']}_vs_{c['variant_a']}": percent_changes(c) for c in summary.get("comparisons", [])
+                f"{c['variant_b']}_vs_{c['variant_a']}": percent_changes(c) for c in answered(summary, "comparisons")
             },
-            "contrast_pct": {name: percent_changes(c) for name, c in (summary.get("contrasts") or {}).items()},
+            "contrast_pct": {name: percent_changes(c) for name, c in (answered(summary, "contrasts") or {}).items()},
             "selected_lr": summary.get("selected_lr") or {},
         }
     )
@@ -79,16 +86,17 @@ def per_token(result: dict) -> dict[str, float]:
 def metric_files(summary: dict) -> dict[str, dict[str, float]]:
     """reports/metrics/ of a report's summary, by name (the file's path without `.json`):
     `test_ppl/VARIANT` (geometric mean over seeds and its CI); `change_pct/B_vs_A` and the 2 x 2's
-    `contrast_pct/NAME`, per token in percent with their CIs; a learning-rate study's
-    `selected_lr/VARIANT`. Per-word changes stay in summary.json, the report and MLflow."""
+    `contrast_pct/NAME`, per token in percent with their CIs (none where the models are
+    undertrained); a learning-rate study's `selected_lr/VARIANT`. Per-word changes stay in
+    summary.json, the report and MLflow."""
     files = {
         f"test_ppl/{row['variant']}": estimate(row["test_ppl_mean"], row.get("test_ppl_ci95"))
         for row in summary.get("rows", [])
     }
     files.update(
-        {f"change_pct/{c['variant_b']}_vs_{c['variant_a']}": per_token(c) for c in summary.get("comparisons", [])}
+        {f"change_pct/{c['variant_b']}_vs_{c['variant_a']}": per_token(c) for c in answered(summary, "comparisons")}
     )
-    files.update({f"contrast_pct/{name}": per_token(c) for name, c in (summary.get("contrasts") or {}).items()})
+    files.update({f"contrast_pct/{name}": per_token(c) for name, c in (answered(summary, "contrasts") or {}).items()})
     files.update({f"selected_lr/{variant}": estimate(lr) for variant, lr in (summary.get("selected_lr") or {}).items()})
     return {name: numbers for name, numbers in files.items() if math.isfinite(numbers["estimate"])}
 
