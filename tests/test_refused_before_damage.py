@@ -360,6 +360,15 @@ def test_configure_refuses_a_section_whose_keys_were_removed(study, capsys, sect
     assert files_in(Path.cwd()) == before
 
 
+def test_a_bad_shared_setting_is_blamed_on_its_key_not_on_a_variant_outside_the_study(study, capsys):
+    params = with_study(variant_overrides={"1-mix": ["optimizer.lr=0.006"], "4": ["optimizer.lr=0.003"]})
+    params["trainer"]["max_steps"] = -5
+    before = study(params)
+    line = refused(capsys, "configure")
+    assert line.endswith("error: trainer.max_steps must be an integer >= 1, got -5"), line
+    assert files_in(Path.cwd()) == before
+
+
 @pytest.mark.parametrize("trainer", [None, {"val_every_steps": 10}])
 def test_configure_refuses_a_study_that_does_not_state_its_budget(study, capsys, trainer):
     params = yaml.safe_load(yaml.safe_dump(SMALL))

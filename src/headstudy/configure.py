@@ -324,10 +324,11 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     models = study_models(params)
     check_budget(params)
     report = check_report(params)
-    check_waiting_variants(params, models)
     files: dict[str, DictConfig] = {}
     for model in models:
         files[f"train/{model['name']}.yaml"] = training_file(model, params, overrides)
+    # After the study's own models: a setting they share is blamed on its key, not on a variant.
+    check_waiting_variants(params, models)
     for run in diagnosis_runs(params, models):
         files[f"diagnose/{run['name']}.yaml"] = diagnosis_file(
             run["model"], run["arm"], run["settings"], params, overrides
