@@ -371,32 +371,59 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
         assert not (project / "data" / "prepared").exists()
 
 
+# Every study states its budget (configure refuses one that does not): the cases below break something else.
+BUDGET = {"max_steps": 20}
+
+
 @pytest.mark.parametrize(
     "params, named",
     [
-        ({"study": {"variants": [1], "seeds": [0]}}, "expected a `report:` section with a title"),
+        ({"study": {"variants": [1], "seeds": [0]}, "trainer": BUDGET}, "expected a `report:` section with a title"),
         (
-            {"study": {"variants": [1], "seeds": [0]}, "report": {"compare": []}},
+            {"study": {"variants": [1], "seeds": [0]}, "trainer": BUDGET, "report": {"compare": []}},
             "expected a `report:` section with a title",
         ),
         (
-            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t", "seed_claim": {"a": 1, "b": 4}}},
+            {
+                "study": {"variants": [1], "seeds": [0]},
+                "trainer": BUDGET,
+                "report": {"title": "t", "seed_claim": {"a": 1, "b": 4}},
+            },
             "report.seed_claim in params.yaml is now report.chapter_claim",
         ),
         (
-            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t", "pool_if_variance_ratio_below": "4"}},
+            {
+                "study": {"variants": [1], "seeds": [0]},
+                "trainer": BUDGET,
+                "report": {"title": "t", "pool_if_variance_ratio_below": "4"},
+            },
             "report.pool_if_variance_ratio_below in params.yaml: expected a number above 1",
         ),
         (
-            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"lr": ".nan"}},
+            {
+                "study": {"variants": [1], "seeds": [0]},
+                "trainer": BUDGET,
+                "report": {"title": "t"},
+                "optimizer": {"lr": ".nan"},
+            },
             "optimizer.lr must be a finite positive number",
         ),
         (
-            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"weight_decay": -1}},
+            {
+                "study": {"variants": [1], "seeds": [0]},
+                "trainer": BUDGET,
+                "report": {"title": "t"},
+                "optimizer": {"weight_decay": -1},
+            },
             "optimizer.weight_decay must be a finite number >= 0",
         ),
         (
-            {"study": {"variants": [1], "seeds": [0]}, "report": {"title": "t"}, "optimizer": {"betas": [2, 3]}},
+            {
+                "study": {"variants": [1], "seeds": [0]},
+                "trainer": BUDGET,
+                "report": {"title": "t"},
+                "optimizer": {"betas": [2, 3]},
+            },
             "optimizer.betas must be two numbers in [0, 1)",
         ),
         (

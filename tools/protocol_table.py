@@ -1,0 +1,57 @@
+"""The README's table of 4 heads against 1 head under each learning-rate protocol, from the
+committed report summaries (tests/test_readme.py checks that the README holds it as printed).
+
+    python tools/protocol_table.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# (protocol, the study that trains 1 and 4 heads under it), the pre-chosen headline first.
+PROTOCOLS = [
+    ("20% warm-up, own rates (the headline)", "studies/stabilised"),
+    ("5% warm-up, own rates (the default study)", "."),
+    ("5% warm-up, one shared rate", "studies/shared-rate"),
+]
+
+
+def four_against_one(study: str, root: Path = ROOT) -> tuple[dict, dict]:
+    """The study's comparison of 4 heads against 1 head, and its rows by variant."""
+    summary = json.loads((root / study / "reports" / "summary.json").read_text())
+    [comparison] = [c for c in summary["comparisons"] if (c["variant_a"], c["variant_b"]) == ("1", "4")]
+    return comparison, {row["variant"]: row for row in summary["rows"]}
+
+
+def percent(log_ratio: float) -> str:
+    return f"{math.expm1(log_ratio):+.1%}"
+
+
+def table(root: Path = ROOT) -> str:
+    lines = [
+        "| protocol | rates (1 head, 4 heads) | seeds | 4 heads better | median per token [interval, coverage] "
+        "| median per word | mean per token [95% t CI] | Shapiro-Wilk p |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, study in PROTOCOLS:
+        c, rows = four_against_one(study, root)
+        median = c["median"]
+        low, high = median["log_ratio_ci95"]
+        seeds = c["seeds"]
+        lines.append(
+            f"| {name} ([report]({Path(study, 'reports', 'results.md').as_posix()})) "
+            f"| {rows['1']['lr']:g}, {rows['4']['lr']:g} | {seeds[0]}-{seeds[-1]} "
+            f"| {c['b_better_in']}/{len(seeds)} (sign test p = {c['sign_p']:.3g}) "
+            f"| {median['log_ratio']:+.3f} ({percent(median['log_ratio'])}) [{low:+.3f}, {high:+.3f}], "
+            f"{median['coverage']:.1%} | {median['log_ratio_per_word']:+.3f} ({percent(median['log_ratio_per_word'])}) "
+            f"| {c['log_ratio']:+.3f} [{c['log_ratio_ci95'][0]:+.3f}, {c['log_ratio_ci95'][1]:+.3f}] "
+            f"| {c['normality_p']:.2g} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
