@@ -159,6 +159,27 @@ def test_bfloat16_on_a_cpu_with_native_bfloat16_is_accepted(study, capsys, monke
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["precision"] == "bf16-mixed"
 
 
+@pytest.mark.parametrize("amx", [True, False])
+def test_configure_warns_in_one_line_that_bfloat16_without_amx_is_slower_and_trains_it(study, capsys, monkeypatch, amx):
+    import torch
+
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params["trainer"]["precision"] = "bf16-mixed"
+    study(params)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    capsys.readouterr()
+    main(["configure"])
+    warnings = capsys.readouterr().err.strip().splitlines()
+    if amx:
+        assert warnings == []
+    else:
+        [line] = warnings
+        assert line.startswith("configure: warning: trainer.precision=bf16-mixed on a CPU without AMX is slower")
+        assert line.endswith("for speed use trainer.precision=32-true")
+    assert yaml.safe_load(Path("configs/train/h4-s0.yaml").read_text())["trainer"]["precision"] == "bf16-mixed"
+
+
 @pytest.mark.parametrize("heads", ["0", "-4", "abc"])
 def test_a_head_count_that_is_none_names_model_n_heads_and_conf_variants(study, capsys, heads):
     study(SMALL)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -25,6 +26,7 @@ from headstudy.settings.compose import (
     check_variant_settings,
     compose_config,
     is_number,
+    precision_warning,
     read_params,
     stage_config,
 )
@@ -420,6 +422,9 @@ def configure(folder: Path = CONFIGS) -> None:
     print(
         f"configure: {len(files)} config files in {folder}/, {sum(name.startswith('train/') for name in files)} models"
     )
+    warnings = {precision_warning(config.trainer) for name, config in files.items() if "trainer" in config}
+    for warning in sorted(warnings - {None}):
+        print(f"configure: warning: {warning}", file=sys.stderr)
 
 
 def main(args: list[str]) -> None:
