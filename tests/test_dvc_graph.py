@@ -58,6 +58,19 @@ def test_stage_depends_on_the_fingerprint_of_its_command_and_on_no_source_file(d
     assert ROOT / "fingerprints" / f"{command}.txt" in deps, f"stage {name} does not depend on its code's fingerprint"
 
 
+# The commands that write a study's report: whatever they refuse, the last report stays.
+REPORT_COMMANDS = {"report", "cliff", "spotlight"}
+
+
+@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=stage_ids())
+def test_a_report_stage_keeps_its_last_outputs_until_it_writes_new_ones(dvc_file, name, stage):
+    if command_of(stage) not in REPORT_COMMANDS:
+        return
+    outputs = [entry for key in ("outs", "metrics") for entry in stage.get(key, [])]
+    assert outputs and all(isinstance(entry, dict) for entry in outputs), outputs
+    assert all(flags.get("persist") is True for entry in outputs for flags in entry.values()), outputs
+
+
 def test_every_stage_command_has_a_fingerprint():
     assert set(COMMANDS) == {*STAGES, "configure"}
 

@@ -156,6 +156,20 @@ def test_a_refused_study_deletes_no_output(project):
     assert (project / "configs/train/h1-s0.yaml").is_file()
 
 
+def test_a_report_refused_through_dvc_leaves_the_last_report_in_place(project):
+    """A NaN in a validation curve: the report stage refuses in one line, after DVC would have
+    deleted its outputs, and the committed report is still there, byte for byte."""
+    before = {path: path.read_bytes() for path in (project / "reports").rglob("*") if path.is_file()}
+    curve = project / "metrics/curves/h1-s0.csv"
+    lines = curve.read_text().splitlines()
+    lines[-1] = ",".join([*lines[-1].split(",")[:-1], "nan"])
+    curve.write_text("\n".join(lines) + "\n")
+    result = run(project, "dvc", "repro", "-s", "report", check=False)
+    assert result.returncode != 0
+    assert "headstudy report: error: " in result.stderr, result.stderr
+    assert {path: path.read_bytes() for path in (project / "reports").rglob("*") if path.is_file()} == before
+
+
 def test_adding_a_head_count_trains_only_the_new_model(project):
     earlier = {r.info.run_id for r in runs(project)}
     edit_params(project, "study", variants=[1, "1-mix", 4])
