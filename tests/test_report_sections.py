@@ -300,7 +300,8 @@ def test_a_budget_criterion_that_cannot_be_checked_in_full_is_not_called_met(tmp
         settings,
         tmp_path / "figures",
     )
-    assert result["criterion_met"] is True and blocks[1][1].endswith("does not say the models have converged.")
+    assert result["criterion_met"] is True and blocks[1][1].endswith("or that the models have converged.")
+    assert "which does not say it has stopped moving (it widened at " in blocks[1][1]
 
 
 def test_training_length_pairs_each_budget_by_seed_and_states_the_change_of_the_gap(tmp_path):

@@ -93,8 +93,12 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
             f"quarter of training: it moved {drift * 100:.1f} points, from {gap.loc[quarter_start]:+.1%} to "
             f"{gap.iloc[-1]:+.1%}, so this part {'is met' if stable else 'is not'}"
         )
+        last_quarter = gap.loc[quarter_start:].abs().diff().dropna()
+        widened = int((last_quarter > 0).sum())
         text += (
-            ". So the gap has stopped moving at this budget; that does not say the models have converged."
+            ". So the gap moves less than the criterion allows at this budget, which does not say it has stopped "
+            f"moving (it widened at {widened} of the last {len(last_quarter)} validations) or that the models have "
+            "converged."
             if met
             else ". So at this budget the comparisons may measure how fast the variants learn rather than where "
             "they end."
