@@ -110,8 +110,13 @@ def test_dvc_metrics_show_leads_with_the_default_study_and_gives_each_study_a_sc
     summary = json.loads((ROOT / "reports" / "summary.json").read_text())
     for comparison in summary["comparisons"]:
         pair = f"{comparison['variant_b']}_vs_{comparison['variant_a']}"
-        estimate, low, high = map(float, rows[f"reports/metrics/change_pct/{pair}.json"])
-        assert low < estimate < high and estimate == pytest.approx(100 * comparison["relative"], abs=1e-3)
+        shown_numbers = rows[f"reports/metrics/change_pct/{pair}.json"]
+        if comparison["normal"]:  # the mean and its t interval
+            estimate, low, high = map(float, shown_numbers)
+            assert low < estimate < high and estimate == pytest.approx(100 * comparison["relative"], abs=1e-3)
+        else:  # as the verdict: the median, and no 95% interval (none exists without normality)
+            assert shown_numbers[1:] == ["-", "-"], shown_numbers
+            assert float(shown_numbers[0]) == pytest.approx(100 * comparison["median"]["relative"], abs=1e-3)
 
 
 def test_every_committed_lock_matches_the_committed_code_and_settings():

@@ -2,7 +2,8 @@
 
 - reports/metrics/, for `dvc metrics show` and `dvc exp show`: one small file per number of the
   answer (`change_pct/4_vs_1.json`), each holding its `estimate` and, where there is one, its 95%
-  CI as `lower95` and `upper95`. DVC tabulates a row per file and a column per key, so the table
+  CI as `lower95` and `upper95`. A change's estimate is the mean over seeds, or the median where
+  the seeds' differences are not normal, as the report's verdict states it. DVC tabulates a row per file and a column per key, so the table
   keeps three columns however many variants and comparisons a study has.
 - report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_low`), for the study's MLflow run.
 
@@ -17,7 +18,15 @@ from headstudy.common.files import staged_folder, write_json
 
 
 def percent_changes(result: dict) -> dict:
-    """A comparison's relative changes as percentages: per token, per word, and their CIs."""
+    """A comparison's relative changes as percentages: per token, per word, and their CIs. Where
+    the seeds' differences are not normal (`normal` False), the median's changes and no CI: the
+    verdict's summary, since no 95% interval exists there without assuming normality."""
+    if result.get("normal") is False:
+        median = result["median"]
+        return {
+            "per_token": 100 * median["relative"],
+            **({"per_word": 100 * median["relative_per_word"]} if "relative_per_word" in median else {}),
+        }
     found = {}
     for unit, key in (("per_token", "relative"), ("per_word", "relative_per_word")):
         if key in result:
@@ -78,9 +87,10 @@ def estimate(value: float, ci95=None, scale: float = 1.0) -> dict[str, float]:
 
 
 def per_token(result: dict) -> dict[str, float]:
-    """A comparison's per-token change in percent, as a file of reports/metrics/."""
+    """A comparison's per-token change in percent, as a file of reports/metrics/ (the median and
+    no CI where the seeds' differences are not normal)."""
     changes = percent_changes(result)
-    return estimate(changes["per_token"], (changes["per_token_ci95_low"], changes["per_token_ci95_high"]))
+    return estimate(changes["per_token"], (changes.get("per_token_ci95_low"), changes.get("per_token_ci95_high")))
 
 
 def metric_files(summary: dict) -> dict[str, dict[str, float]]:
