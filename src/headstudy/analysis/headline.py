@@ -3,8 +3,9 @@
 - reports/metrics/, for `dvc metrics show` and `dvc exp show`: one small file per number of the
   answer (`change_pct/4_vs_1.json`), each holding its `estimate` and, where there is one, its 95%
   CI as `lower95` and `upper95`. A change's estimate is the mean over seeds, or the median where
-  the seeds' differences are not normal, as the report's verdict states it. DVC tabulates a row per file and a column per key, so the table
-  keeps three columns however many variants and comparisons a study has.
+  the seeds' differences are not normal, as the report's verdict states it. DVC tabulates a row
+  per file and a column per key, so the table keeps three columns however many variants and
+  comparisons a study has.
 - report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_low`), for the study's MLflow run.
 
 Negative changes mean B is better than A."""
