@@ -10,6 +10,8 @@ import json
 import math
 from pathlib import Path
 
+from headstudy.analysis.wording import p_value
+
 ROOT = Path(__file__).resolve().parents[1]
 # (protocol, the study that trains 1 and 4 heads under it), the pre-chosen headline first.
 PROTOCOLS = [
@@ -44,11 +46,11 @@ def table(root: Path = ROOT) -> str:
         lines.append(
             f"| {name} ([report]({Path(study, 'reports', 'results.md').as_posix()})) "
             f"| {rows['1']['lr']:g}, {rows['4']['lr']:g} | {seeds[0]}-{seeds[-1]} "
-            f"| {c['b_better_in']}/{len(seeds)} (sign test p = {c['sign_p']:.3g}) "
+            f"| {c['b_better_in']}/{len(seeds)} (sign test p = {p_value(c['sign_p'])}) "
             f"| {median['log_ratio']:+.3f} ({percent(median['log_ratio'])}) [{low:+.3f}, {high:+.3f}], "
             f"{median['coverage']:.1%} | {median['log_ratio_per_word']:+.3f} ({percent(median['log_ratio_per_word'])}) "
-            f"| {c['log_ratio']:+.3f} [{c['log_ratio_ci95'][0]:+.3f}, {c['log_ratio_ci95'][1]:+.3f}] "
-            f"| {c['normality_p']:.2g} |"
+            f"| {c['log_ratio']:+.3f} [{c['log_ratio_ci95'][0]:+.3f}, {c['log_ratio_ci95'][1]:+.3f}]"
+            f"{'' if c['normal'] else ': no summary, not normal'} | {p_value(c['normality_p'])} |"
         )
     return "\n".join(lines)
 
