@@ -3,6 +3,9 @@ for a terminal."""
 
 from __future__ import annotations
 
+import pytest
+
+from headstudy import experiments
 from headstudy.experiments import render, table
 
 
@@ -97,3 +100,23 @@ def test_variants_and_comparisons_come_in_the_order_params_yaml_gives_them():
     }
     columns = [column for column in table([entry]).columns if column.startswith("ppl ") or column.endswith(" %")]
     assert columns == ["ppl 1", "ppl 1-mix", "ppl 4", "4 vs 1 %", "4 vs 1-mix %"]
+
+
+def test_no_commit_and_no_experiment_is_one_line_not_a_traceback(monkeypatch, capsys):
+    from headstudy.common.errors import ConfigError
+
+    monkeypatch.setattr(experiments, "shown_experiments", lambda options: [])
+    with pytest.raises(ConfigError, match="nothing to show: `dvc exp show` lists no commit and no experiment"):
+        experiments.main([])
+
+
+def test_rows_without_perplexities_come_with_a_warning(monkeypatch, capsys):
+    unreadable = {"rev": "a" * 40, "name": None, "data": {}}  # DVC could read neither params nor metrics
+    monkeypatch.setattr(experiments, "shown_experiments", lambda options: [unreadable])
+    experiments.main([])
+    printed = capsys.readouterr()
+    assert "aaaaaaa" in printed.out
+    assert printed.err.startswith("headstudy experiments: warning: no row has test perplexities")
+    monkeypatch.setattr(experiments, "shown_experiments", lambda options: SHOWN)
+    experiments.main([])
+    assert capsys.readouterr().err == ""

@@ -27,7 +27,8 @@ METRICS = "reports/metrics/"
 NAME = "experiment"
 NOTE = (
     "ppl: test perplexity per token (geometric mean over seeds). B vs A %: B's change in per-token "
-    "perplexity against A, in percent, with its 95% CI; negative: B is better."
+    "perplexity against A, in percent, with its 95% CI (the median, without one, where the seeds' "
+    "differences are not normal); negative: B is better."
 )
 
 
@@ -192,4 +193,16 @@ def render(frame: pd.DataFrame, width: int | None = None) -> str:
 
 
 def main(options: list[str]) -> None:
-    print(render(table(shown_experiments(options))))
+    frame = table(shown_experiments(options))
+    if frame.empty:
+        raise ConfigError(
+            "nothing to show: `dvc exp show` lists no commit and no experiment here (commit the study, or run "
+            "`dvc exp run`)"
+        )
+    print(render(frame))
+    if not any(str(column).startswith("ppl ") for column in frame.columns):
+        print(
+            "headstudy experiments: warning: no row has test perplexities (reports/metrics/test_ppl/): the study "
+            "was not reported in these commits, or DVC could not read their params.yaml or dvc.lock",
+            file=sys.stderr,
+        )
