@@ -363,3 +363,21 @@ def test_an_array_of_the_wrong_size_or_before_prepare_is_refused_by_every_task(c
             "run `dvc repro configure fingerprint prepare` before submitting"
         )
     assert not (project / "models").exists() and not (project / "data/prepared").exists()
+
+
+@pytest.mark.parametrize("task", ["-1", "x"])
+def test_a_task_that_is_no_array_index_runs_nothing(tmp_path, task):
+    """Run by hand with a task id that is no index: bash would take -1 as the last stage."""
+    project = make_project(tmp_path / "study", TINY)
+    env = {
+        **environment(),
+        "SLURM_SUBMIT_DIR": str(project),
+        "SLURM_ARRAY_TASK_ID": task,
+        "SLURM_ARRAY_TASK_COUNT": "2",
+    }
+    result = subprocess.run(["bash", str(SCRIPT)], cwd=project, env=env, capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"study-array: error: task {task} of an array of 2: dvc.yaml has 2 train stages; submit with --array=0-1"
+    )
+    assert not (project / "models").exists()
