@@ -422,7 +422,7 @@ def configure(folder: Path = CONFIGS) -> None:
     print(
         f"configure: {len(files)} config files in {folder}/, {sum(name.startswith('train/') for name in files)} models"
     )
-    warnings = {precision_warning(config.trainer) for name, config in files.items() if "trainer" in config}
+    warnings = {precision_warning(config.trainer) for config in files.values() if "trainer" in config}
     for warning in sorted(warnings - {None}):
         print(f"configure: warning: {warning}", file=sys.stderr)
 

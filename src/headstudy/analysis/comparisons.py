@@ -474,7 +474,7 @@ def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float,
             "The t interval assumes the per-seed log-ratios are normal; Shapiro-Wilk checks that (a small p "
             "rejects it, and with few seeds it can miss a departure). Beside it, what assumes only "
             "independent seeds: the median log-ratio with the interval the sign test gives (order "
-            "statistics; with 5 seeds at most 93.8%, from the smallest to the largest), and the sign test. "
+            "statistics, with its exact coverage: below 95% with fewer than 6 seeds), and the sign test. "
             "Where normality is rejected the verdict follows these.",
         ),
         ("table", robust_table(found)),
