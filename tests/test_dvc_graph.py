@@ -62,10 +62,15 @@ def test_stage_depends_on_the_fingerprint_of_its_command_and_on_no_source_file(d
 REPORT_COMMANDS = {"report", "cliff", "spotlight"}
 
 
-@pytest.mark.parametrize("dvc_file, name, stage", stages(), ids=stage_ids())
+REPORT_STAGES = [(dvc_file, name, stage) for dvc_file, name, stage in stages() if command_of(stage) in REPORT_COMMANDS]
+
+
+@pytest.mark.parametrize(
+    "dvc_file, name, stage",
+    REPORT_STAGES,
+    ids=[f"{dvc_file.relative_to(ROOT)}:{name}" for dvc_file, name, _ in REPORT_STAGES],
+)
 def test_a_report_stage_keeps_its_last_outputs_until_it_writes_new_ones(dvc_file, name, stage):
-    if command_of(stage) not in REPORT_COMMANDS:
-        return
     outputs = [entry for key in ("outs", "metrics") for entry in stage.get(key, [])]
     assert outputs and all(isinstance(entry, dict) for entry in outputs), outputs
     assert all(flags.get("persist") is True for entry in outputs for flags in entry.values()), outputs

@@ -102,7 +102,7 @@ def test_variants_and_comparisons_come_in_the_order_params_yaml_gives_them():
     assert columns == ["ppl 1", "ppl 1-mix", "ppl 4", "4 vs 1 %", "4 vs 1-mix %"]
 
 
-def test_no_commit_and_no_experiment_is_one_line_not_a_traceback(monkeypatch, capsys):
+def test_no_commit_and_no_experiment_is_one_line_not_a_traceback(monkeypatch):
     from headstudy.common.errors import ConfigError
 
     monkeypatch.setattr(experiments, "shown_experiments", lambda options: [])
