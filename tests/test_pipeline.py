@@ -179,8 +179,10 @@ def test_adding_a_head_count_trains_only_the_new_model(project):
     summary = json.loads((project / "reports/summary.json").read_text())
     assert [row["variant"] for row in summary["rows"]] == ["1", "1-mix", "4"]
     assert [(c["variant_a"], c["variant_b"]) for c in summary["comparisons"]] == [("1", "4"), ("1-mix", "4")]
-    assert summary["comparisons"][0]["relative_ci95"] == [None, None]
-    assert "no claim is made" in (project / "reports/results.md").read_text()  # one seed
+    assert summary["comparisons"][0]["relative_ci95"] == [None, None]  # one seed
+    # Tiny models after 200 steps are far above the bigram: the report says so instead of an answer.
+    assert summary["no_answer"].startswith("No answer: the models are undertrained")
+    assert f"> **{summary['no_answer']}**" in (project / "reports/results.md").read_text()
     heads = json.loads((project / "reports/heads.json").read_text())
     assert [(row["variant"], row["rank"]) for row in heads["rows"]] == [
         ("1", 0),
