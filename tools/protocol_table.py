@@ -1,5 +1,6 @@
-"""The README's table of 4 heads against 1 head under each learning-rate protocol, from the
-committed report summaries (tests/test_readme.py checks that the README holds it as printed).
+"""The README's tables from the committed report summaries: 4 heads against 1 head under each
+learning-rate protocol, and the default study's pre-stated comparisons (tests/test_studies.py
+checks that the README holds both as printed).
 
     python tools/protocol_table.py
 """
@@ -55,5 +56,30 @@ def table(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def comparisons_table(root: Path = ROOT) -> str:
+    """The default study's pre-stated comparisons: mean and t interval, median, seeds, normality."""
+    summary = json.loads((root / "reports" / "summary.json").read_text())
+    lines = [
+        "| 4 heads against | per token: mean [95% t CI] | per word: mean [95% t CI] | median per token "
+        "| median per word | seeds 4 heads better | Shapiro-Wilk p |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in summary["comparisons"]:
+        low, high = c["log_ratio_ci95"]
+        word_low, word_high = c["log_ratio_per_word_ci95"]
+        median = c["median"]
+        lines.append(
+            f"| {c['a']} | {c['log_ratio']:+.3f} ({percent(c['log_ratio'])}) [{low:+.3f}, {high:+.3f}]"
+            f"{'' if c['normal'] else ' (not valid: not normal)'} "
+            f"| {c['log_ratio_per_word']:+.3f} [{word_low:+.3f}, {word_high:+.3f}] "
+            f"| {median['log_ratio']:+.3f} ({percent(median['log_ratio'])}) | {median['log_ratio_per_word']:+.3f} "
+            f"| {c['b_better_in']}/{len(c['seeds'])} (sign test p = {p_value(c['sign_p'])}) "
+            f"| {p_value(c['normality_p'])} |"
+        )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
+    print()
+    print(comparisons_table())
