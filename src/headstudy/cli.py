@@ -30,6 +30,7 @@ COMMANDS = {
     "report": (),
     "score": ("data", "model"),
     "ablate": ("data", "model"),
+    "answers": ("data", "model"),
     "spotlight": (),
     "diagnose": ("data", "model", "trainer", "optimizer", "diagnose"),
     "cliff": (),

@@ -27,6 +27,7 @@ CONFIGURED_STAGES = (
     "report",
     "score",
     "ablate",
+    "answers",
     "spotlight",
     "diagnose",
     "cliff",

@@ -74,7 +74,7 @@ def stage_output_folders(command: str, config: DictConfig) -> list[Path]:
         return [prepared, prepared.parent]
     if command == "baselines":
         return [Path(paths.baselines).parent]
-    if command in ("evaluate", "score", "ablate"):
+    if command in ("evaluate", "score", "ablate", "answers"):
         return [Path(paths.metrics)]
     if command == "diagnose":
         return [Path(paths.metrics) / "diagnostics"]

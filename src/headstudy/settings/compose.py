@@ -511,7 +511,7 @@ STAGE_KEYS = {
     "report": ("tracking.experiment", "paths.prepared", "paths.metrics", "paths.baselines", "paths.reports"),
 }
 # Commands that read the config of one model: `evaluate` reads the model's training config.
-STAGE_KEYS["evaluate"] = STAGE_KEYS["score"] = STAGE_KEYS["ablate"] = STAGE_KEYS["train"]
+STAGE_KEYS["evaluate"] = STAGE_KEYS["score"] = STAGE_KEYS["ablate"] = STAGE_KEYS["answers"] = STAGE_KEYS["train"]
 # One training as `train` runs it, and how the diagnosis watches it (and clips it, in an arm).
 STAGE_KEYS["diagnose"] = (*STAGE_KEYS["train"], "diagnose")
 
