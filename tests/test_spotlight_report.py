@@ -20,7 +20,7 @@ from headstudy.analysis.clue_accuracy import (
     success_gap_sentence,
     success_threshold,
 )
-from headstudy.analysis.extra_runs import check_extras, extra_rows, extra_table
+from headstudy.analysis.extra_runs import check_extras, extra_blocks, extra_rows, extra_table
 from headstudy.common.errors import ConfigError
 from headstudy.spotlight import read_ablations, read_extras
 
@@ -235,6 +235,33 @@ def test_the_extra_table_lists_each_run_sorted_by_name_with_its_learning_rate_an
     # A longer budget's reruns have no rate in their names, and without a threshold no success column.
     plain = extra_table(extra_rows({"h1-k3-s2": score_file(1, 2, 3, 0.5)}, None), None)
     assert list(plain.columns) == ["Model", "Heads", "Seed", "k", "Accuracy"]
+
+
+def split_file(conflict: float, other: float, recent: float, old: float) -> dict:
+    return {
+        "conflict": {"answers": 30, "accuracy": conflict, "recent_digit": recent, "old_digit": old},
+        "other": {"answers": 70, "accuracy": other},
+    }
+
+
+def test_the_extra_table_gives_the_split_by_answer_type_where_the_answers_stage_ran(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "k2-longer" / "metrics"
+    (folder / "answers").mkdir(parents=True)
+    for name in ("h1-k2-s1", "h1-k2-s2"):
+        (folder / f"{name}.json").write_text(json.dumps(score_file(1, int(name[-1]), 2, 0.6)))
+    (folder / "answers" / "h1-k2-s1.json").write_text(json.dumps(split_file(0.25, 0.9, 0.95, 0.3)))
+    settings = {"title": "t", "extra": [{"title": "Longer", "metrics": "k2-longer/metrics"}]}
+    [extra] = read_extras(settings)
+    blocks, _ = extra_blocks([extra], None)
+    assert blocks[1] == (
+        "text",
+        "Score metrics from k2-longer/metrics/, the split by answer type from k2-longer/metrics/answers/.",
+    )
+    table = blocks[2][1]
+    assert table["Conflict answers"].tolist() == ["25.0%", ""]  # seed 2 has no split: an empty cell
+    assert table["Other answers"].tolist() == ["90.0%", ""]
+    assert table["Old clue's digit (conflict)"].tolist() == ["30.0%", ""]
 
 
 def test_the_report_renders_a_table_per_extra_with_its_title_and_note(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from headstudy.analysis.gap_share import check_share
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import staged_folder
 from headstudy.formats.names import model_name, parse_variant, task_folder
@@ -197,6 +198,8 @@ def check_report(params: dict) -> dict:
                 f"has no {' and no '.join(missing)}: add it to study.variants or remove the pair"
             )
     check_chapter_claim(report.get("chapter_claim"), variants, compare)
+    if "share" in report:
+        check_share(report["share"], variants, PARAMS_FILE)
     limit = report.get("pool_if_variance_ratio_below")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 1):
         raise ConfigError(

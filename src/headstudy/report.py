@@ -28,6 +28,7 @@ from headstudy.analysis.comparisons import (
     headline_line,
     pooled_blocks,
 )
+from headstudy.analysis.gap_share import gap_share, share_blocks
 from headstudy.analysis.headline import metric_files, write_metric_files
 from headstudy.analysis.heads import heads_blocks
 from headstudy.analysis.inputs import read_curve, read_json
@@ -234,6 +235,9 @@ def study_report(
             "that cannot beat a bigram is undertrained or broken.",
         )
     )
+    if settings.get("share"):
+        summary["share"] = gap_share(rows, settings["share"])
+        blocks += share_blocks(summary["share"], {r["variant"]: r["label"] for r in rows})
     if settings.get("budget"):
         budget_blocks, summary["budget"] = budget_section(rows, found, curves, stats, settings, figure_dir)
         blocks += budget_blocks

@@ -75,8 +75,9 @@ def read_ablations(models: list[dict], metrics_dir: Path) -> dict[str, dict]:
 
 
 def read_extras(settings: dict) -> list[dict]:
-    """report.extra with each folder's score metrics, NAME.json by name; folders are relative to the
-    study's folder, where the stage runs."""
+    """report.extra with each folder's score metrics, NAME.json by name, and the answers stage's
+    split, answers/NAME.json, for the models that have one; folders are relative to the study's
+    folder, where the stage runs."""
     extras = []
     for index, extra in enumerate(check_extras(settings)):
         folder = Path(extra["metrics"])
@@ -87,7 +88,8 @@ def read_extras(settings: dict) -> list[dict]:
             )
         runs = {path.stem: read_json(path) for path in sorted(folder.glob("*.json"))}
         check_runs(index, extra["metrics"], runs)
-        extras.append({**extra, "runs": runs})
+        answers = {path.stem: read_json(path) for path in sorted((folder / "answers").glob("*.json"))}
+        extras.append({**extra, "runs": runs, "answers": answers})
     return extras
 
 

@@ -41,7 +41,9 @@ def group_accuracy(correct: np.ndarray, chosen: np.ndarray) -> dict:
     return {"answers": count, "accuracy": float(correct[chosen].mean()) if count else None}
 
 
-def accuracy_by_answer_type(model: Decoder, tokens: np.ndarray, key: dict[str, np.ndarray], task: dict, batch_size: int) -> dict:
+def accuracy_by_answer_type(
+    model: Decoder, tokens: np.ndarray, key: dict[str, np.ndarray], task: dict, batch_size: int
+) -> dict:
     """Whole-answer accuracy on conflict answers and on the others; within conflict answers, the
     accuracy of the recent clue's digit and of the old clue's digit."""
     first, clues, values = answer_block(task, model.config.vocab_size)

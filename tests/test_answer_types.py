@@ -1,0 +1,119 @@
+"""Which answers a model of the multi-clue task gets wrong (analysis/answer_types.py, `headstudy
+answers`): the conflict's definition on hand-made ages, the split on a stand-in model that loses
+exactly the old clue's digit of conflict answers, and the stage by hand on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, assert_nothing_half_written
+from test_ablation import MODEL, TASK, headstudy
+
+from headstudy.analysis.ablation import answer_block, answer_digits
+from headstudy.analysis.answer_types import OLD, RECENT, accuracy_by_answer_type, conflicting
+from headstudy.analysis.clues import query_windows
+from headstudy.formats.prepared import load_tokens, prepared_vocab_size
+from headstudy.formats.queries import load_queries, load_task
+from headstudy.formats.trained import data_record, settings_text, training_record
+from headstudy.settings.compose import compose_config, model_config, stage_config
+from headstudy.weights.model import Decoder
+from headstudy.weights.saved import write_model
+
+
+def test_conflict_answers_hold_one_clue_at_most_recent_and_one_at_least_old_tokens_back():
+    two = np.array(
+        [
+            [RECENT, OLD],  # both bounds count
+            [1, OLD + 5],
+            [RECENT + 1, OLD],  # no recent clue
+            [RECENT, OLD - 1],  # no old clue
+        ]
+    )
+    assert conflicting(two).tolist() == [True, True, False, False]
+    three = np.array([[OLD, 3, 1], [5, 6, 7]])  # k = 3: any two of the clues make the conflict
+    assert conflicting(three).tolist() == [True, False]
+
+
+class LosesTheOldDigit(torch.nn.Module):
+    """A stand-in model that answers every window right, except conflict answers, where it gives the
+    answer with the old clue's digit moved to the next value: the one-slope failure, made exact."""
+
+    def __init__(self, targets: dict[bytes, int], vocab_size: int, context: int):
+        super().__init__()
+        self.targets = targets
+        self.config = SimpleNamespace(vocab_size=vocab_size, context=context)
+
+    def forward(self, windows: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(*windows.shape, self.config.vocab_size)
+        for row, window in enumerate(windows.numpy()):
+            logits[row, -1, self.targets[window.tobytes()]] = 10.0
+        return logits
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("answers")
+    result = headstudy(folder, "prepare", *TASK, f"paths.prepared={folder / 'prepared'}")
+    assert result.returncode == 0, result.stderr
+    return folder / "prepared"
+
+
+def test_a_model_that_loses_the_old_digit_of_conflict_answers_fails_exactly_those(prepared):
+    task, test = load_task(prepared), load_tokens(prepared, "test")
+    vocab = prepared_vocab_size(prepared)
+    key = load_queries(prepared, test, vocab)
+    context = 16
+    windows, _, kept = query_windows(test, key["queries"], key["clue_positions"], context)
+    first, clues, values = answer_block(task, vocab)
+    answers = key["answers"][kept]
+    ages = key["queries"][kept, None] - key["clue_positions"][kept]
+    conflict = conflicting(ages)
+    assert 0 < conflict.sum() < len(kept)  # both types occur in this test split
+    digits = answer_digits(answers - first, clues, values)
+    old = ages.argmax(axis=1)
+    digits[conflict, old[conflict]] = (digits[conflict, old[conflict]] + 1) % values
+    wrong = first + np.ravel_multi_index(tuple(digits.T), (values,) * clues)
+    targets = {window.tobytes(): int(target) for window, target in zip(windows, wrong, strict=False)}
+    assert len(targets) == len(kept)  # every window tells its answer apart
+
+    result = accuracy_by_answer_type(LosesTheOldDigit(targets, vocab, context), test, key, task, batch_size=64)
+
+    assert result["conflict"] == {
+        "answers": int(conflict.sum()),
+        "accuracy": 0.0,
+        "recent_digit": 1.0,
+        "old_digit": 0.0,
+    }
+    assert result["other"] == {"answers": len(kept) - int(conflict.sum()), "accuracy": 1.0}
+    assert result["accuracy"] == pytest.approx(1 - conflict.mean())
+
+
+def test_answers_writes_the_split_of_one_model(tmp_path, monkeypatch):
+    folders = [f"paths.{name}={tmp_path / name}" for name in ("prepared", "models", "metrics", "checkpoints")]
+    assert headstudy(tmp_path, "prepare", *TASK, *folders).returncode == 0
+    # A model as the train stage writes it, without its Lightning training: the stage reads any weights.
+    monkeypatch.setenv("HEADSTUDY_CONF", str(ROOT / "conf"))
+    monkeypatch.chdir(tmp_path)
+    config = stage_config("answers", compose_config([*TASK, *MODEL, *folders]))
+    torch.manual_seed(0)
+    model = Decoder(model_config(config)).eval()
+    write_model(
+        tmp_path / "models" / config.name,
+        model,
+        settings_text(config),
+        training_record(config, model, data_record(tmp_path / "prepared")),
+    )
+
+    result = headstudy(tmp_path, "answers", *TASK, *MODEL, *folders)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"answers: {config.name}: accuracy ")
+    written = json.loads((tmp_path / "metrics" / "answers" / f"{config.name}.json").read_text())
+    assert_nothing_half_written(tmp_path / "metrics")
+    assert (written["name"], written["heads"], written["clues"]) == (config.name, 2, 2)
+    assert written["conflict"]["answers"] + written["other"]["answers"] == written["answers"] > 0
+    assert 0 <= written["conflict"]["accuracy"] <= 1 and 0 <= written["other"]["accuracy"] <= 1
