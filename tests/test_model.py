@@ -25,6 +25,24 @@ def test_mix_heads_switches_the_output_projection_explicitly(in_project):
     assert count(["model.n_heads=4", "model.mix_heads=false"])["params"] == 328_704
 
 
+@pytest.mark.parametrize(
+    "preset", [[], ["model=tiny"], ["model.width=256", "model.mlp_hidden=1024"], ["model=tiny", "model.width=48"]]
+)
+def test_the_wider_mlp_control_spends_the_projections_parameters_at_any_width(in_project, preset):
+    """1-wide adds hidden units until one more would cost more than 4 heads' output projection:
+    the same added capacity at every preset, not the course preset's 64 units everywhere."""
+    one, four, wide = (count([f"variant={variant}", *preset])["params"] for variant in ("1", "4", "1-wide"))
+    width = compose_config(preset).model.width
+    assert 0 <= four - wide < 2 * width + 1  # one unit more would exceed the projection
+    assert wide > one
+    assert "widen_mlp_by_projection" not in compose_config(["variant=1-wide", *preset]).model
+
+
+def test_the_wider_mlp_control_is_576_units_wide_at_the_course_preset(in_project):
+    assert compose_config(["variant=1-wide"]).model.mlp_hidden == 576
+    assert count(["variant=1-wide"])["params"] == 345_152
+
+
 def test_heads_that_do_not_divide_width_fail_before_any_work(in_project):
     with pytest.raises(ConfigError, match=r"model\.n_heads=3 must divide model\.width=128"):
         compose_config(["model.n_heads=3"])

@@ -206,6 +206,7 @@ def compose_config(overrides: list[str], params: dict | None = None) -> DictConf
         hints = override_hints(list(overrides), directory)
         raise ConfigError(hints or f"conf/ with overrides {list(overrides)}: {first_line(error)}") from None
     OmegaConf.set_struct(config, False)  # composed and checked: plain settings from here on
+    widen_mlp_by_projection(config.model)
     if config.variant is None:
         heads = config.model.n_heads
         if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
@@ -288,6 +289,22 @@ def override_hints(overrides: list[str], directory: Path) -> str:
     if unknown_without_guess:  # said once, after all of them
         hints[-1] += "; `headstudy config` prints every key"
     return "; ".join(hints)
+
+
+def projection_units(width: int) -> int:
+    """The hidden units of an MLP (each 2 x width + 1 parameters: its row in, its column out, its
+    bias) that the output projection's width^2 + width parameters buy, never more."""
+    return (width * width + width) // (2 * width + 1)
+
+
+def widen_mlp_by_projection(model: DictConfig) -> None:
+    """A variant file's model.widen_mlp_by_projection (conf/variants/wide.yaml) is no setting of the
+    model: it widens model.mlp_hidden by projection_units(model.width), at any preset, and goes."""
+    if not model.pop("widen_mlp_by_projection", False):
+        return
+    width, hidden = model.get("width"), model.get("mlp_hidden")
+    if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in (width, hidden)):
+        model.mlp_hidden = hidden + projection_units(width)
 
 
 def model_config(config: DictConfig):
