@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from headstudy.analysis.inputs import read_curve, read_json
+from headstudy.analysis.rendering.inputs import read_curve, read_json
 from headstudy.analysis.statistics import paired_difference
 from headstudy.common.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""The causal check of "one head per clue" (analysis/ablation.py, `headstudy ablate`): the
+"""The causal check of "one head per clue" (analysis/measures/ablation.py, `headstudy ablate`): the
 per-digit accuracy and the reader measure on hand-made probabilities with a known answer, head
 zeroing on a real model, and the stage by hand on a tiny model of the task."""
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, assert_nothing_half_written
 
-from headstudy.analysis.ablation import (
+from headstudy.analysis.measures.ablation import (
     DROP_SHARE,
     ablate_heads,
     answer_digits,
@@ -22,7 +22,7 @@ from headstudy.analysis.ablation import (
     readers,
     zeroed_head,
 )
-from headstudy.analysis.clues import score_queries
+from headstudy.analysis.measures.clues import score_queries
 from headstudy.common.errors import ConfigError
 from headstudy.formats.prepared import load_tokens
 from headstudy.formats.queries import load_queries, load_task

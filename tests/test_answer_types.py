@@ -1,4 +1,4 @@
-"""Which answers a model of the multi-clue task gets wrong (analysis/answer_types.py, `headstudy
+"""Which answers a model of the multi-clue task gets wrong (analysis/measures/answer_types.py, `headstudy
 answers`): the conflict's definition on hand-made ages, the split on a stand-in model that loses
 exactly the old clue's digit of conflict answers, and the stage by hand on a tiny model."""
 
@@ -13,9 +13,9 @@ import torch
 from conftest import ROOT, assert_nothing_half_written
 from test_ablation import MODEL, TASK, headstudy
 
-from headstudy.analysis.ablation import answer_block, answer_digits
-from headstudy.analysis.answer_types import OLD, RECENT, accuracy_by_answer_type, conflicting
-from headstudy.analysis.clues import query_windows
+from headstudy.analysis.measures.ablation import answer_block, answer_digits
+from headstudy.analysis.measures.answer_types import OLD, RECENT, accuracy_by_answer_type, conflicting
+from headstudy.analysis.measures.clues import query_windows
 from headstudy.formats.prepared import load_tokens, prepared_vocab_size
 from headstudy.formats.queries import load_queries, load_task
 from headstudy.formats.trained import data_record, settings_text, training_record

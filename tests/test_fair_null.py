@@ -12,8 +12,8 @@ import pytest
 import torch
 from fixed_attention import FixedAttention
 
-from headstudy.analysis import head_figures
-from headstudy.analysis.attention import (
+from headstudy.analysis.figures import heads as head_figures
+from headstudy.analysis.measures.attention import (
     cross_model_union,
     fair_null,
     rank_heads,
@@ -22,8 +22,8 @@ from headstudy.analysis.attention import (
     union_counts,
     union_coverage,
 )
-from headstudy.analysis.heads import heads_blocks
-from headstudy.analysis.render import to_markdown
+from headstudy.analysis.rendering.render import to_markdown
+from headstudy.analysis.sections.heads import heads_blocks
 
 CONTEXT = 32
 WINDOWS = np.random.default_rng(0).integers(0, 1024, 4 * CONTEXT + 1).astype(np.uint16)  # 4 windows, 31 queries each

@@ -5,7 +5,7 @@ import pytest
 import torch
 from fixed_attention import FixedAttention
 
-from headstudy.analysis.attention import (
+from headstudy.analysis.measures.attention import (
     ablation_ppl,
     attention_measures,
     attention_scores,
@@ -16,7 +16,7 @@ from headstudy.analysis.attention import (
     spotlight_scores,
     union_coverage,
 )
-from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.analysis.measures.perplexity import perplexity, stream_nll
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import Decoder
 

@@ -7,9 +7,9 @@ import ast
 
 from conftest import ROOT
 
-from headstudy.analysis.clue_accuracy import accuracy_rows
-from headstudy.analysis.heads import heads_blocks
-from headstudy.analysis.wording import label
+from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.sections.clue_accuracy import accuracy_rows
+from headstudy.analysis.sections.heads import heads_blocks
 
 VARIANTS = ["1", "1-mix", "4-nomix", "4"]
 
@@ -27,7 +27,7 @@ def test_label_has_one_home():
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.FunctionDef) and node.name == "label"
     ]
-    assert homes == ["src/headstudy/analysis/wording.py"]
+    assert homes == ["src/headstudy/analysis/rendering/wording.py"]
 
 
 def test_the_spotlight_table_keeps_1_mix_and_4_nomix_apart():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.analysis.measures.perplexity import perplexity, stream_nll
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.weights.model import Decoder
 

@@ -13,8 +13,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from headstudy import report
-from headstudy.analysis import budget, comparisons, headline
-from headstudy.analysis.render import to_html, to_markdown
+from headstudy.analysis.rendering import headline
+from headstudy.analysis.rendering.render import to_html, to_markdown
+from headstudy.analysis.sections import budget, comparisons
 from headstudy.analysis.statistics import additive_fit, holm, paired_difference
 from headstudy.formats.names import model_name
 
@@ -308,7 +309,7 @@ def test_training_length_pairs_each_budget_by_seed_and_states_the_change_of_the_
     """4 heads against 1: log-ratios -0.04, -0.03, -0.05 at the shorter budget (the other study)
     and -0.05, -0.04, -0.06 at the longer (this one): the gap grows by exactly 0.01 in every
     seed, so its change is -0.010 with a zero-width interval, which excludes 0."""
-    from headstudy.analysis.training_length import other_budget_inputs, training_length_section
+    from headstudy.analysis.sections.training_length import other_budget_inputs, training_length_section
 
     seeds, short_gaps, long_gaps = [1, 2, 3], [-0.04, -0.03, -0.05], [-0.05, -0.04, -0.06]
     models = [{"name": f"h{v}-s{s}", "variant": v, "seed": s} for v in ("1", "4") for s in seeds]
@@ -356,7 +357,7 @@ def test_training_length_pairs_each_budget_by_seed_and_states_the_change_of_the_
 
 
 def test_training_length_refuses_another_study_without_every_model_of_this_one(tmp_path):
-    from headstudy.analysis.training_length import other_budget_inputs
+    from headstudy.analysis.sections.training_length import other_budget_inputs
     from headstudy.common.errors import ConfigError
 
     write_curves(tmp_path / "metrics" / "curves", "h1-s1", 3000, 20.0)

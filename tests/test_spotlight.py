@@ -16,8 +16,8 @@ from multiclue_oracle import answer_of
 from omegaconf import OmegaConf
 from tinyproject import commit, make_project, ran_stages, run
 
-from headstudy.analysis.clue_accuracy import gaps
-from headstudy.analysis.clues import FOCUS, clue_attention, clue_weights, query_windows, score_queries
+from headstudy.analysis.measures.clues import FOCUS, clue_attention, clue_weights, query_windows, score_queries
+from headstudy.analysis.sections.clue_accuracy import gaps
 from headstudy.common.errors import ConfigError
 from headstudy.formats.prepared import load_stats, load_tokens
 from headstudy.formats.queries import load_queries, load_task

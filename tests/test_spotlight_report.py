@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from headstudy.analysis.clue_ablation import chosen_models, drops, head_table, own_reader_rows
-from headstudy.analysis.clue_accuracy import (
+from headstudy.analysis.sections.clue_ablation import chosen_models, drops, head_table, own_reader_rows
+from headstudy.analysis.sections.clue_accuracy import (
     accuracy_rows,
     gaps,
     headline,
@@ -20,7 +20,7 @@ from headstudy.analysis.clue_accuracy import (
     success_gap_sentence,
     success_threshold,
 )
-from headstudy.analysis.extra_runs import check_extras, extra_blocks, extra_rows, extra_table
+from headstudy.analysis.sections.extra_runs import check_extras, extra_blocks, extra_rows, extra_table
 from headstudy.common.errors import ConfigError
 from headstudy.spotlight import read_ablations, read_extras
 

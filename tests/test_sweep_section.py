@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from headstudy import report
-from headstudy.analysis.sweep import sweep_section
+from headstudy.analysis.sections.sweep import sweep_section
 from headstudy.common.files import read_json
 from headstudy.formats.runconfig import read_config
 

@@ -25,7 +25,7 @@ import yaml
 from conftest import ROOT, default_interrupt, default_signals, served_mlflow
 from tinyproject import set_threads
 
-from headstudy.analysis.headline import report_metrics
+from headstudy.analysis.rendering.headline import report_metrics
 from headstudy.analysis.statistics import paired_difference
 from headstudy.bookkeeping import dashboard, store, tracking
 from headstudy.formats.trained import load_model
@@ -269,7 +269,7 @@ def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(
     assert tags(parent["data"])["study.state"] == "closed"
     metrics = {metric["key"]: metric["value"] for metric in parent["data"]["metrics"]}
     test_ppl = {metric["key"]: metric["value"] for metric in runs["h1-s0"]["data"]["metrics"]}["test/ppl"]
-    # As analysis.headline names them: 4 heads against 1 in percent, negative when 4 heads are better.
+    # As analysis.rendering.headline names them: 4 heads against 1 in percent, negative when 4 heads are better.
     assert metrics["test_ppl/1"] == dashboard.significant(test_ppl)
     assert metrics["change_pct/4_vs_1/per_token_ci95_low"] < metrics["change_pct/4_vs_1/per_token"] < 0
     assert "seeds" not in " ".join(metrics)

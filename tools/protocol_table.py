@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from headstudy.analysis.wording import p_value
+from headstudy.analysis.rendering.wording import p_value
 
 ROOT = Path(__file__).resolve().parents[1]
 # (protocol, the study that trains 1 and 4 heads under it), the pre-chosen headline first.

@@ -4,7 +4,7 @@ generated task: each head zeroed in turn, and how far each clue's digit of the a
 The model and the answer key are read and checked as the score stage reads them (formats/trained.py,
 formats/queries.py). metrics/ablation/NAME.json holds the per-digit and whole-answer accuracy with
 no head zeroed and with each head zeroed, each clue's reader and the number of clues with a
-reader of their own (analysis/ablation.py defines both)."""
+reader of their own (analysis/measures/ablation.py defines both)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from headstudy.analysis.ablation import ablate_heads
+from headstudy.analysis.measures.ablation import ablate_heads
 from headstudy.bookkeeping import guards, jobs
 from headstudy.common.files import write_json
 from headstudy.formats.prepared import load_tokens, prepared_vocab_size

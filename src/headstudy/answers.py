@@ -1,6 +1,6 @@
 """Stage `answers`: which test answers of a generated task one trained model gets wrong, split by
 answer type: those where one needed clue is among the last 2 tokens before the query and another
-10 or more back (one recency slope cannot serve both), and the others (analysis/answer_types.py).
+10 or more back (one recency slope cannot serve both), and the others (analysis/measures/answer_types.py).
 
 The model and the answer key are read and checked as the score stage reads them. metrics/answers/NAME.json
 holds the whole-answer accuracy of each type, their counts, and, within conflict answers, the
@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from headstudy.analysis.answer_types import accuracy_by_answer_type
+from headstudy.analysis.measures.answer_types import accuracy_by_answer_type
 from headstudy.bookkeeping import guards, jobs
 from headstudy.common.files import write_json
 from headstudy.formats.prepared import load_tokens, prepared_vocab_size

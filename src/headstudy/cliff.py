@@ -5,7 +5,7 @@ curves, and a table of each run's final validation perplexity beside the learnin
 at the same rate (report.reference, its summary.json) and what the steps showed.
 
 It reads configs/report.yaml (the study's runs, report settings and paths) and writes
-reports/results.md, reports/summary.json and reports/figures/. The analysis is analysis/cliff.py's."""
+reports/results.md, reports/summary.json and reports/figures/. The analysis is analysis/sections/cliff.py's."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.analysis.cliff import QUANTITIES, quantity_figure, run_summary, summary_table, validation_figure
-from headstudy.analysis.render import to_markdown
+from headstudy.analysis.rendering.render import to_markdown
+from headstudy.analysis.sections.cliff import QUANTITIES, quantity_figure, run_summary, summary_table, validation_figure
 from headstudy.analysis.statistics import nan_to_null
 from headstudy.bookkeeping import guards
 from headstudy.common.errors import ConfigError

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.analysis.measures.perplexity import perplexity, stream_nll
 from headstudy.bookkeeping import guards, jobs, store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_json

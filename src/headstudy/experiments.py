@@ -5,7 +5,7 @@ the terminal.
 (hundreds). This keeps the study of the folder it runs in: the settings of its params.yaml that
 differ between the rows, the test perplexity of each variant, and each comparison's per-token
 change in percent with its 95% CI (negative: B is better), all read from the files of
-reports/metrics/ (analysis/headline.py). Columns that do not fit the terminal's width go to a
+reports/metrics/ (analysis/rendering/headline.py). Columns that do not fit the terminal's width go to a
 second table, each table led by the rows' names. Options such as `-A` go to `dvc exp show`."""
 
 from __future__ import annotations

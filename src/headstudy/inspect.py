@@ -2,8 +2,8 @@
 heads look at more places than one, on the whole test split of every model of the study.
 
 It reads configs/inspect.yaml (the study's models, inspect settings and paths), the prepared test
-split and its tokenizer, and every trained model; the measures are analysis/attention.py's, the
-figures analysis/head_figures.py's. It writes reports/heads.json and reports/figures/heads/.
+split and its tokenizer, and every trained model; the measures are analysis/measures/attention.py's, the
+figures analysis/figures/heads.py's. It writes reports/heads.json and reports/figures/heads/.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
-from headstudy.analysis import head_figures
-from headstudy.analysis.attention import (
+from headstudy.analysis.figures import heads as head_figures
+from headstudy.analysis.measures.attention import (
     ORDER_KEY,
     fair_null,
     head_rows,

@@ -19,25 +19,25 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.analysis import report_figures
-from headstudy.analysis.budget import budget_section, evidence_curves, no_answer
-from headstudy.analysis.comparisons import (
+from headstudy.analysis.figures import report as report_figures
+from headstudy.analysis.gap_share import gap_share, share_blocks
+from headstudy.analysis.rendering.headline import metric_files, write_metric_files
+from headstudy.analysis.rendering.inputs import read_curve, read_json
+from headstudy.analysis.rendering.render import to_html, to_markdown
+from headstudy.analysis.rendering.wording import interval, label
+from headstudy.analysis.sections.budget import budget_section, evidence_curves, no_answer
+from headstudy.analysis.sections.comparisons import (
     comparison_blocks,
     comparisons,
     exp_show_columns,
     headline_line,
     pooled_blocks,
 )
-from headstudy.analysis.gap_share import gap_share, share_blocks
-from headstudy.analysis.headline import metric_files, write_metric_files
-from headstudy.analysis.heads import heads_blocks
-from headstudy.analysis.inputs import read_curve, read_json
-from headstudy.analysis.learning_rates import learning_rate_section, shared_rate_section
-from headstudy.analysis.render import to_html, to_markdown
+from headstudy.analysis.sections.heads import heads_blocks
+from headstudy.analysis.sections.learning_rates import learning_rate_section, shared_rate_section
+from headstudy.analysis.sections.sweep import sweep_section
+from headstudy.analysis.sections.training_length import other_budget_inputs, training_length_section
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
-from headstudy.analysis.sweep import sweep_section
-from headstudy.analysis.training_length import other_budget_inputs, training_length_section
-from headstudy.analysis.wording import interval, label
 from headstudy.bookkeeping import guards, progress, store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json

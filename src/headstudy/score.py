@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from headstudy.analysis.clues import FOCUS, score_queries
+from headstudy.analysis.measures.clues import FOCUS, score_queries
 from headstudy.bookkeeping import guards, jobs
 from headstudy.common.files import write_json
 from headstudy.formats.prepared import load_tokens, prepared_vocab_size

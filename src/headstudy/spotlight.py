@@ -9,8 +9,8 @@ It reads configs/report.yaml (the study's models, report settings and paths) and
 metrics/NAME.json, metrics/attention/NAME.json and, where it exists, metrics/ablation/NAME.json;
 and each report.extra folder's NAME.json. It writes reports/results.md, results.html (the same
 blocks), summary.json, the figures, and metrics/: the headline numbers, one file each, for `dvc
-metrics show` (analysis/headline.py). The analysis is analysis/clue_accuracy.py's, with
-analysis/clue_ablation.py's and analysis/extra_runs.py's sections."""
+metrics show` (analysis/rendering/headline.py). The analysis is analysis/sections/clue_accuracy.py's, with
+analysis/sections/clue_ablation.py's and analysis/sections/extra_runs.py's sections."""
 
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.analysis.clue_accuracy import (
+from headstudy.analysis.rendering.headline import write_metric_files
+from headstudy.analysis.rendering.render import to_html, to_markdown
+from headstudy.analysis.sections.clue_accuracy import (
     accuracy_table,
     headline,
     outcome_table,
     spotlight_report,
     success_threshold,
 )
-from headstudy.analysis.extra_runs import check_extras, check_runs
-from headstudy.analysis.headline import write_metric_files
-from headstudy.analysis.render import to_html, to_markdown
+from headstudy.analysis.sections.extra_runs import check_extras, check_runs
 from headstudy.analysis.statistics import nan_to_null
 from headstudy.bookkeeping import guards
 from headstudy.common.errors import ConfigError

@@ -17,7 +17,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from headstudy.analysis.wording import p_is
+from headstudy.analysis.rendering.wording import p_is
 
 
 def mean_ci95(values) -> tuple[float, float, float]:

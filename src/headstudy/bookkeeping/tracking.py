@@ -323,11 +323,11 @@ def leave_study_run(run_id: str) -> None:
 
 
 def log_study_report(artifacts: list[Path], summary: dict) -> str:
-    """The report's files (a folder keeps its name) and its numbers (analysis.headline.report_metrics) on this
+    """The report's files (a folder keeps its name) and its numbers (analysis.rendering.headline.report_metrics) on this
     study execution's parent run; then close that run."""
     run_id = open_study_run()
     mlflow_client = client()
-    from headstudy.analysis.headline import report_metrics
+    from headstudy.analysis.rendering.headline import report_metrics
 
     metrics = report_metrics(summary)
     # At 4 significant digits, as a reader compares them: summary.json keeps the exact values.

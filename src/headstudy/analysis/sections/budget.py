@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from headstudy.analysis import report_figures
-from headstudy.analysis.inputs import read_curve
-from headstudy.analysis.wording import label
+from headstudy.analysis.figures import report as report_figures
+from headstudy.analysis.rendering.inputs import read_curve
+from headstudy.analysis.rendering.wording import label
 from headstudy.common.errors import ConfigError
 
 

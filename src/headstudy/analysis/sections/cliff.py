@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis.plotting import legend_below, plain_log_y, save_figure
+from headstudy.analysis.figures.plotting import legend_below, plain_log_y, save_figure
 
 # The quantities the diagnosis records, their figure's file name, axis label and caption.
 QUANTITIES = {

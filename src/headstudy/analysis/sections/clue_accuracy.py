@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import clue_ablation, clue_figures, extra_runs
-from headstudy.analysis.headline import estimate
+from headstudy.analysis.figures import clues as clue_figures
+from headstudy.analysis.rendering.headline import estimate
+from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.sections import clue_ablation, extra_runs
 from headstudy.analysis.statistics import mean_ci95
-from headstudy.analysis.wording import label
 from headstudy.common.errors import ConfigError
 
 
@@ -362,7 +363,7 @@ def success_headline(comparison: dict, labels: dict, threshold: float) -> str:
 
 
 def headline(summary: dict) -> dict[str, dict[str, float]]:
-    """The spotlight study's files of reports/metrics/ (analysis/headline.py): `accuracy_pct/k{K}/VARIANT`
+    """The spotlight study's files of reports/metrics/ (analysis/rendering/headline.py): `accuracy_pct/k{K}/VARIANT`
     (mean over seeds, with its CI) and `gap_points/B_vs_A/k{K}` (B's accuracy minus A's in points,
     paired by seed, with its CI). How many clues the heads focus on, and the k of each pair's
     largest gap, are in summary.json.
@@ -480,7 +481,7 @@ def spotlight_report(
     (models: name, variant, seed, k, the metrics, attention: the layers of its attention file);
     ablations: the ablate stage's metrics/ablation/NAME.json by model name, for the models that
     have one; extras: report.extra's runs beside the grid, each {title, note, metrics, runs: {NAME:
-    score metrics}} (analysis/extra_runs.py)."""
+    score metrics}} (analysis/sections/extra_runs.py)."""
     labels = {str(key): value for key, value in settings.get("labels", {}).items()}
     threshold = success_threshold(settings)
     rows = accuracy_rows(models, variants, ks, labels, threshold)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import report_figures
-from headstudy.analysis.comparisons import log_ppl_matrix
+from headstudy.analysis.figures import report as report_figures
+from headstudy.analysis.rendering.wording import interval, p_is, signed
+from headstudy.analysis.sections.comparisons import log_ppl_matrix
 from headstudy.analysis.statistics import additive_fit, contrast, polynomial_trend
-from headstudy.analysis.wording import interval, p_is, signed
 
 # Vaswani et al. (2017), Table 3 row (A) and the base model (8 heads): development perplexity
 # (per wordpiece, newstest2013 EN-DE) by head count at equal computation, single runs. A fact of

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import report_figures
+from headstudy.analysis.figures import report as report_figures
+from headstudy.analysis.rendering.wording import interval, label, p_is, p_value, percent, percent_interval, signed
 from headstudy.analysis.statistics import (
     additive_fit,
     contrast,
@@ -20,7 +21,6 @@ from headstudy.analysis.statistics import (
     variance_ratio,
     verdict,
 )
-from headstudy.analysis.wording import interval, label, p_is, p_value, percent, percent_interval, signed
 from headstudy.formats.names import parse_variant
 
 

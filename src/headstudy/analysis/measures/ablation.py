@@ -3,7 +3,7 @@ which clues' digits of the answer it takes with it.
 
 An answer token of the multi-clue task is k digits, one per clue, the first clue's value the
 leading digit (tasks/multiclue.py, `Layout.answer_id`). At each test query, in the window that
-ends at it (analysis/clues.py), the model's next-token probabilities over the values**k answer
+ends at it (analysis/measures/clues.py), the model's next-token probabilities over the values**k answer
 tokens give one distribution per digit j: the sum of the probabilities of the answer tokens whose
 j-th digit is v. Digit j's prediction is the most likely v; its accuracy is the share of queries
 where that is the value of clue j. Chance per digit is 1/values. Whole-answer accuracy is the
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from headstudy.analysis.clues import query_windows
+from headstudy.analysis.measures.clues import query_windows
 from headstudy.common.errors import ConfigError
 from headstudy.weights.model import CausalSelfAttention, Decoder
 

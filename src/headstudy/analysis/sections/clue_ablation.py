@@ -1,5 +1,5 @@
 """The spotlight report's causal check, from the ablate stage's metrics/ablation/NAME.json (whose
-numbers analysis/ablation.py defines): per variant with more than one head and k, how many clues
+numbers analysis/measures/ablation.py defines): per variant with more than one head and k, how many clues
 have a reader of their own, mean over seeds; and, for a few chosen models, each clue's digit
 accuracy with each head zeroed in turn, as a table per model and a heat map of the falls.
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import clue_figures
-from headstudy.analysis.wording import label
+from headstudy.analysis.figures import clues as clue_figures
+from headstudy.analysis.rendering.wording import label
 
 # At most this many models get a table of their own; the variants with most heads first.
 SHOWN_MODELS = 3

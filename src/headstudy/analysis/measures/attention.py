@@ -12,7 +12,7 @@ thresholds. That null is weak (lone, wider heads that all look alike), so the fa
 its unions from the multi-head models themselves: k heads from k different models (any head, or
 one head of each distance rank), beside the attention mass that two heads share, within one
 model against across models. The weights come from the model's own forward pass
-(analysis/capture.py).
+(analysis/measures/capture.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from headstudy.analysis.capture import capturing
-from headstudy.analysis.perplexity import perplexity, stream_nll
+from headstudy.analysis.measures.capture import capturing
+from headstudy.analysis.measures.perplexity import perplexity, stream_nll
 from headstudy.analysis.statistics import against_null, union_combinations
 from headstudy.weights.batches import stream_batches
 from headstudy.weights.model import Decoder

@@ -24,7 +24,7 @@ KEYS = ("title", "metrics", "note")
 # The score metrics a row needs.
 NEEDED = ("heads", "seed", "clues", "accuracy")
 # The answers stage's columns: conflict answers hold a clue at most 2 tokens before the query and
-# another at least 10 back (analysis/answer_types.py).
+# another at least 10 back (analysis/measures/answer_types.py).
 SPLIT_COLUMNS = {
     "conflict_answers": "Conflict answers",
     "other_answers": "Other answers",
@@ -74,7 +74,7 @@ def learning_rate(name: str) -> float | None:
 
 
 def answer_split(answers: dict | None) -> dict:
-    """A row's columns from the answers stage's split (analysis/answer_types.py), {} without one."""
+    """A row's columns from the answers stage's split (analysis/measures/answer_types.py), {} without one."""
     if answers is None:
         return {}
     conflict = answers["conflict"]

@@ -10,15 +10,15 @@ k = 3). Over the other answers one slope can serve every clue. A model that cann
 slopes loses mostly conflict answers, and within them the digit of one of the two clues; a model
 that is merely undertrained loses answers of both types.
 
-Digits are the ablation's (analysis/ablation.py): digit j's prediction is the most likely value of
+Digits are the ablation's (analysis/measures/ablation.py): digit j's prediction is the most likely value of
 its marginal over the answer block."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from headstudy.analysis.ablation import answer_block, answer_digits, answer_probabilities, digit_marginals
-from headstudy.analysis.clues import query_windows
+from headstudy.analysis.measures.ablation import answer_block, answer_digits, answer_probabilities, digit_marginals
+from headstudy.analysis.measures.clues import query_windows
 from headstudy.common.errors import ConfigError
 from headstudy.weights.model import Decoder
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headstudy.analysis import report_figures
-from headstudy.analysis.wording import label
+from headstudy.analysis.figures import report as report_figures
+from headstudy.analysis.rendering.wording import label
 
 
 def final_validation(curves: pd.DataFrame) -> pd.DataFrame:

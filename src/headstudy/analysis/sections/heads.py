@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from headstudy.analysis.rendering.wording import label
 from headstudy.analysis.statistics import against_null
-from headstudy.analysis.wording import label
 
 POSITION_WORDS = {
     "above": "more than every union of {k} independent single heads",

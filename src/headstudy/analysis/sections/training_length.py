@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from headstudy.analysis import report_figures
-from headstudy.analysis.inputs import read_curve, read_json
+from headstudy.analysis.figures import report as report_figures
+from headstudy.analysis.rendering.inputs import read_curve, read_json
+from headstudy.analysis.rendering.wording import interval, percent_interval
 from headstudy.analysis.statistics import mean_ci95, paired_difference
-from headstudy.analysis.wording import interval, percent_interval
 from headstudy.common.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.ticker import PercentFormatter
 
-from headstudy.analysis.plotting import plt, save_figure
+from headstudy.analysis.figures.plotting import plt, save_figure
 
 
 def accuracy_by_clues(lines: list[dict], levels: dict[int, dict], path: Path) -> Path:

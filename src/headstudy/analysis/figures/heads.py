@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from headstudy.analysis.attention import distribution
-from headstudy.analysis.plotting import legend_below, plain_log_y, plt, save_figure
+from headstudy.analysis.figures.plotting import legend_below, plain_log_y, plt, save_figure
+from headstudy.analysis.measures.attention import distribution
 
 
 def attention_maps(weights: np.ndarray, labels: list[str], titles: list[str], title: str, path: Path) -> Path:

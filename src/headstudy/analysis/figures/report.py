@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from headstudy.analysis.plotting import MILLIONS, PERCENT, PLAIN, legend_below, plain_log_y, plt, save_figure
+from headstudy.analysis.figures.plotting import MILLIONS, PERCENT, PLAIN, legend_below, plain_log_y, plt, save_figure
 
 
 def validation_curves(curves: pd.DataFrame, labels: dict[str, str], path: Path) -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from headstudy.analysis.capture import capturing
+from headstudy.analysis.measures.capture import capturing
 from headstudy.common.errors import ConfigError
 from headstudy.weights.model import Decoder
 
