@@ -7,7 +7,7 @@ import ast
 
 from conftest import ROOT
 
-from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.rendering.wording import label, mid_sentence
 from headstudy.analysis.sections.clue_accuracy import accuracy_rows
 from headstudy.analysis.sections.heads import heads_blocks
 
@@ -18,6 +18,19 @@ def test_every_variant_of_the_2x2_gets_its_own_label():
     names = [label(v, {}) for v in VARIANTS]
     assert len(set(names)) == len(VARIANTS), names
     assert label("1-mix", {"1-mix": "1 head + output projection"}) == "1 head + output projection"
+
+
+def test_a_label_inside_a_sentence_keeps_its_acronyms():
+    assert mid_sentence("1 head + wider MLP") == "1 head + wider MLP"
+    assert mid_sentence("Wide control") == "wide control"
+    assert mid_sentence("MLP-only model") == "MLP-only model"
+
+
+def test_no_report_lowercases_a_whole_label():
+    """str.lower() on a label would turn "wider MLP" into "wider mlp" mid-sentence."""
+    sources = (ROOT / "src" / "headstudy").rglob("*.py")
+    offenders = [str(path) for path in sources if "label(" in path.read_text() and ").lower()" in path.read_text()]
+    assert not offenders
 
 
 def test_label_has_one_home():

@@ -24,7 +24,7 @@ from headstudy.analysis.gap_share import gap_share, share_blocks
 from headstudy.analysis.rendering.headline import metric_files, write_metric_files
 from headstudy.analysis.rendering.inputs import read_curve, read_json
 from headstudy.analysis.rendering.render import to_html, to_markdown
-from headstudy.analysis.rendering.wording import interval, label
+from headstudy.analysis.rendering.wording import interval, label, mid_sentence
 from headstudy.analysis.sections.budget import budget_section, evidence_curves, no_answer
 from headstudy.analysis.sections.comparisons import (
     comparison_blocks,
@@ -231,8 +231,8 @@ def study_report(
             "text",
             f"Every model beats the bigram baseline ({bigram:.2f})."
             if not laggards
-            else f"Warning: the bigram baseline ({bigram:.2f}) beats {' and '.join(laggards).lower()}: a transformer "
-            "that cannot beat a bigram is undertrained or broken.",
+            else f"Warning: the bigram baseline ({bigram:.2f}) beats {' and '.join(map(mid_sentence, laggards))}: "
+            "a transformer that cannot beat a bigram is undertrained or broken.",
         )
     )
     if settings.get("share"):

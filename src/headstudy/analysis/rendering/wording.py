@@ -16,6 +16,13 @@ def label(variant: str, labels: dict) -> str:
     return f"{heads} head{'s' if heads > 1 else ''}" + (f" ({variant})" if extra else "")
 
 
+def mid_sentence(name: str) -> str:
+    """A variant's name inside a sentence: its first letter lower-cased ("4 heads", "wider MLP"),
+    an acronym left as written ("MLP"), the rest as report.labels writes it."""
+    first = name.split(" ", 1)[0]
+    return name if len(first) > 1 and first.isupper() else name[:1].lower() + name[1:]
+
+
 def signed(value: float, digits: int = 3) -> str:
     return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
 

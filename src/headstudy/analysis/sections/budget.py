@@ -9,7 +9,7 @@ import pandas as pd
 
 from headstudy.analysis.figures import report as report_figures
 from headstudy.analysis.rendering.inputs import read_curve
-from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.rendering.wording import label, mid_sentence
 from headstudy.common.errors import ConfigError
 
 
@@ -29,7 +29,7 @@ def no_answer(rows: list[dict], settings: dict) -> str | None:
     )
     asked = f"at least {margin:.0%} below it (report.budget)" if margin else "below it"
     return (
-        f"No answer: the models are undertrained ({worst['label'].lower()} is {where}, and every variant must be "
+        f"No answer: the models are undertrained ({mid_sentence(worst['label'])} is {where}, and every variant must be "
         f"{asked}); the comparisons below are not a result."
     )
 
@@ -75,7 +75,8 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
             )
         )
         + f"The budget's criterion (report.budget) asks that every variant end at least {budget['beat_bigram_by']:.0%} "
-        f"below the bigram in test perplexity: the weakest, {worst['label'].lower()}, is {worst['below_bigram']:.1%} "
+        f"below the bigram in test perplexity: the weakest, {mid_sentence(worst['label'])}, is "
+        f"{worst['below_bigram']:.1%} "
         f"below, so this part {'is met' if beats else 'is not'}"
     )
     met = beats
@@ -88,8 +89,8 @@ def budget_section(rows, found, curves, stats, settings, figure_dir) -> tuple[li
         met = beats and stable
         result["gap_last_quarter_drift"] = drift
         text += (
-            f"; and that the relative gap in validation perplexity of {first['b'].lower()} against "
-            f"{first['a'].lower()} move by less than {budget['max_gap_drift'] * 100:g} points over the last "
+            f"; and that the relative gap in validation perplexity of {mid_sentence(first['b'])} against "
+            f"{mid_sentence(first['a'])} move by less than {budget['max_gap_drift'] * 100:g} points over the last "
             f"quarter of training: it moved {drift * 100:.1f} points, from {gap.loc[quarter_start]:+.1%} to "
             f"{gap.iloc[-1]:+.1%}, so this part {'is met' if stable else 'is not'}"
         )

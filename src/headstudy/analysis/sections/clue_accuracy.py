@@ -18,7 +18,7 @@ import pandas as pd
 
 from headstudy.analysis.figures import clues as clue_figures
 from headstudy.analysis.rendering.headline import estimate
-from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.rendering.wording import label, mid_sentence
 from headstudy.analysis.sections import clue_ablation, extra_runs
 from headstudy.analysis.statistics import mean_ci95
 from headstudy.common.errors import ConfigError
@@ -229,7 +229,7 @@ def gap_sentence(found: list[dict], rows: list[dict], labels: dict, video: dict 
     low, high = largest["diff_ci95"]
     n = len(largest["seeds"])
     text = (
-        f"The gap between {label(b, labels).lower()} and {label(a, labels).lower()} is largest at k = {k}: "
+        f"The gap between {mid_sentence(label(b, labels))} and {mid_sentence(label(a, labels))} is largest at k = {k}: "
         f"{percent(accuracy[(b, k)])} against {percent(accuracy[(a, k)])}, "
         f"{points(largest['diff_mean'])} points"
     )
@@ -264,10 +264,11 @@ def success_gap_sentence(found: list[dict], labels: dict, video: dict | None) ->
     t-interval, which over a few bimodal outcomes describes nothing."""
     largest = max(found, key=lambda g: g["diff_median"])
     n = len(largest["seeds"])
+    name_a, name_b = (mid_sentence(label(largest[side], labels)) for side in ("a", "b"))
     text = (
-        f"The median gap between {label(largest['b'], labels).lower()} and {label(largest['a'], labels).lower()} "
-        f"is largest at k = {largest['k']}: {label(largest['b'], labels).lower()} succeeded in "
-        f"{largest['b_successes']} of {n} seeds, {label(largest['a'], labels).lower()} in {largest['a_successes']} "
+        f"The median gap between {name_b} and {name_a} "
+        f"is largest at k = {largest['k']}: {name_b} succeeded in "
+        f"{largest['b_successes']} of {n} seeds, {name_a} in {largest['a_successes']} "
         f"of {n}; median gap {points(largest['diff_median'])} points (per seed "
         f"{', '.join(points(d) for d in largest['per_seed'])})."
     )
@@ -325,7 +326,7 @@ def assignment_sentence(assigned: list[dict], rows: list[dict], focus: float) ->
         mine = [a for a in assigned if a["variant"] == row["variant"] and a["k"] == row["k"]]
         distinct = [a["distinct"] for a in mine]
         parts.append(
-            f"{row['label'].lower()} at k = {row['k']}: {', '.join(map(str, distinct))} distinct clues "
+            f"{mid_sentence(row['label'])} at k = {row['k']}: {', '.join(map(str, distinct))} distinct clues "
             f"(seeds {', '.join(str(a['seed']) for a in mine)})"
         )
     if not parts:

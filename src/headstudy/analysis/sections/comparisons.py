@@ -11,7 +11,16 @@ import numpy as np
 import pandas as pd
 
 from headstudy.analysis.figures import report as report_figures
-from headstudy.analysis.rendering.wording import interval, label, p_is, p_value, percent, percent_interval, signed
+from headstudy.analysis.rendering.wording import (
+    interval,
+    label,
+    mid_sentence,
+    p_is,
+    p_value,
+    percent,
+    percent_interval,
+    signed,
+)
 from headstudy.analysis.statistics import (
     additive_fit,
     contrast,
@@ -96,8 +105,8 @@ def claim_sentence(found: list[dict], claim: dict, tokens_per_word: float) -> st
     theirs = math.log(claim["ppl_b"] / claim["ppl_a"])
     same = "the same direction" if (theirs < 0) == (ours["log_ratio"] < 0) else "the opposite direction"
     return (
-        f"The course chapter reports {claim['ppl_a']:g} for {ours['a'].lower()} and {claim['ppl_b']:g} for "
-        f"{ours['b'].lower()}: a log-ratio of {theirs:+.3f} ({math.expm1(theirs):+.1%}) in a unit it does not "
+        f"The course chapter reports {claim['ppl_a']:g} for {mid_sentence(ours['a'])} and {claim['ppl_b']:g} for "
+        f"{mid_sentence(ours['b'])}: a log-ratio of {theirs:+.3f} ({math.expm1(theirs):+.1%}) in a unit it does not "
         f"state, on a corpus it does not name. Ours is {ours['log_ratio']:+.3f} per token and "
         f"{ours['log_ratio_per_word']:+.3f} per word ({tokens_per_word:.3f} tokens per word), so the size of a "
         f"change depends on the unit; only its sign carries over, and ours has {same}."
@@ -139,7 +148,7 @@ def factorial_contrasts(
         return cells[(heads, projection)]
 
     def name(heads: int, projection: bool) -> str:
-        return label(cell(heads, projection), labels).lower()
+        return mid_sentence(label(cell(heads, projection), labels))
 
     more, fewer = (f"{many} heads better", f"{many} heads worse")
     helps = ("the projection helps", "the projection hurts")
@@ -332,7 +341,7 @@ def pooled_blocks(
             ratio, limit = variance_ratio(fit), settings.get("pool_if_variance_ratio_below")
             pooled, outcome = pooling_check(ratio, limit)
             scatter = ", ".join(
-                f"{label(v, labels).lower()} {sd:.4f}"
+                f"{mid_sentence(label(v, labels))} {sd:.4f}"
                 for v, sd in zip(variants, fit["variant_residual_sd"], strict=True)
             )
             blocks.append(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.rendering.wording import label, mid_sentence
 from headstudy.analysis.statistics import against_null
 
 POSITION_WORDS = {
@@ -105,7 +105,8 @@ def null_sentences(spotlight: dict, substantial: float, name) -> list[str]:
     seeds = sorted({m["seed"] for m in spotlight["singles"]})
     sentences = [
         f"A null for this measure: {k} heads that share nothing but the data. The union of {spotlight['null_heads']} "
-        f"single heads taken from independently trained single-head models ({' and '.join(members).lower()}, seeds "
+        "single heads taken from independently trained single-head models "
+        f"({' and '.join(map(mid_sentence, members))}, seeds "
         f"{', '.join(map(str, seeds))}: {n} models, {spotlight['null_unions']} unions), on the same test windows, "
         f"covers what {k} heads would cover if each attended as a lone head does. Several heads covering more than one "
         f"head is expected by that alone. This is the weaker null: its members are wider than the heads of a "

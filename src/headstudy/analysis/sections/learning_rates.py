@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from headstudy.analysis.figures import report as report_figures
-from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.rendering.wording import label, mid_sentence
 
 
 def final_validation(curves: pd.DataFrame) -> pd.DataFrame:
@@ -105,14 +105,14 @@ def learning_rate_section(
         f"One learning rate, {selected[variants[0]]:g}, is best for every variant."
         if len(shared) == 1
         else "The best learning rate differs between variants: "
-        + "; ".join(f"{label(v, labels).lower()} {selected[v]:g}" for v in variants)
+        + "; ".join(f"{mid_sentence(label(v, labels))} {selected[v]:g}" for v in variants)
         + "."
     )
     for v in variants:
         if edge[v]:
             side = "lowest" if selected[v] == min(lrs) else "highest"
             sentences.append(
-                f"For {label(v, labels).lower()} the best is the {side} learning rate of the grid, "
+                f"For {mid_sentence(label(v, labels))} the best is the {side} learning rate of the grid, "
                 f"{selected[v]:g}: the optimum may lie beyond it, so extend the grid "
                 f"{'below' if side == 'lowest' else 'above'} it."
             )

@@ -11,7 +11,7 @@ import pandas as pd
 
 from headstudy.analysis.figures import report as report_figures
 from headstudy.analysis.rendering.inputs import read_curve, read_json
-from headstudy.analysis.rendering.wording import interval, percent_interval
+from headstudy.analysis.rendering.wording import interval, mid_sentence, percent_interval
 from headstudy.analysis.statistics import mean_ci95, paired_difference
 from headstudy.common.errors import ConfigError
 
@@ -98,7 +98,7 @@ def training_length_section(
         def stated(result: dict) -> str:
             return (
                 f"{result['log_ratio']:+.3f} per token {interval(*result['log_ratio_ci95'])}, "
-                f"{result['log_ratio_per_word']:+.3f} per word, {comparison['b'].lower()} lower in "
+                f"{result['log_ratio_per_word']:+.3f} per word, {mid_sentence(comparison['b'])} lower in "
                 f"{result['b_better_in']} of {len(result['seeds'])} seeds"
             )
 
