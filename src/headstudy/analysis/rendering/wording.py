@@ -19,8 +19,8 @@ def label(variant: str, labels: dict) -> str:
 def mid_sentence(name: str) -> str:
     """A variant's name inside a sentence: its first letter lower-cased ("4 heads", "wider MLP"),
     an acronym left as written ("MLP"), the rest as report.labels writes it."""
-    first = name.split(" ", 1)[0]
-    return name if len(first) > 1 and first.isupper() else name[:1].lower() + name[1:]
+    acronym = name[:2].isalpha() and name[:2].isupper()
+    return name if acronym else name[:1].lower() + name[1:]
 
 
 def signed(value: float, digits: int = 3) -> str:
