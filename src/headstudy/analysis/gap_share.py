@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from headstudy.analysis.rendering.wording import possessive
 from headstudy.common.errors import ConfigError
 
 KEYS = ("gap", "closed_by", "collapse_above", "resamples", "seed")
@@ -88,15 +89,16 @@ def share_blocks(result: dict, labels: dict[str, str]) -> list:
         if result["collapsed_seeds"]
         else ""
     )
+    lead = f"{possessive(b)} lead over {a}"
     if math.isnan(result["share"]):
-        text = f"Fewer than 2 seeds without a collapse: no share of {b}'s lead over {a} is computed{left_out}."
+        text = f"Fewer than 2 seeds without a collapse: no share of {lead} is computed{left_out}."
     else:
         seeds = ", ".join(map(str, result["seeds"]))
         text = (
-            f"Exploratory. Of {b}'s lead over {a} (mean log-ratio of test perplexity per token {result['gap_b']:+.3f} "
+            f"Exploratory. Of {lead} (mean log-ratio of test perplexity per token {result['gap_b']:+.3f} "
             f"over seeds {seeds}{left_out}), {c} reaches {result['gap_c']:+.3f}: a share "
             f"of {100 * result['share']:.0f}%, 95% interval [{100 * result['low']:.0f}%, {100 * result['high']:.0f}%] "
             f"(paired percentile bootstrap over the seeds, {result['resamples']:,} resamples, which undercovers "
             "with this few seeds)."
         )
-    return [("heading", f"How much of {b}'s lead {c} closes"), ("text", text)]
+    return [("heading", f"How much of {possessive(b)} lead {c} closes"), ("text", text)]

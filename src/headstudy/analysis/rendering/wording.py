@@ -23,6 +23,11 @@ def mid_sentence(name: str) -> str:
     return name if acronym else name[:1].lower() + name[1:]
 
 
+def possessive(name: str) -> str:
+    """ "4 heads' lead", "1 head's lead"."""
+    return name + ("'" if name.endswith("s") else "'s")
+
+
 def signed(value: float, digits: int = 3) -> str:
     return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
 
