@@ -437,9 +437,9 @@ def tiny_hard_study(study: dict, **changes) -> dict:
 @pytest.mark.slow
 def test_dvc_repro_of_the_hard_study_and_its_checks_scores_ablates_and_reports(tmp_path):
     """studies/spotlight-hard end to end at a tiny size: its learning-rate check's pipeline, then
-    the study itself, whose report reads the check pipelines' metrics. own-rate/ and longer/ run
-    the study's own train, score and ablate stages (their dvc.yaml is the study's, one folder
-    down); here they hold the learning-rate check's metrics, which is all the report reads."""
+    the study itself, whose report reads the check pipelines' metrics. The other pipelines beside
+    it (own-rate/, longer/ and the longer budgets) run the same stages with other settings; here
+    they hold the learning-rate check's metrics, which is all the report reads."""
     project = make_project(tmp_path / "project")
     source, study = ROOT / "studies" / "spotlight-hard", project / "studies" / "spotlight-hard"
     real = yaml.safe_load((source / "params.yaml").read_text())
@@ -447,12 +447,13 @@ def test_dvc_repro_of_the_hard_study_and_its_checks_scores_ablates_and_reports(t
     shutil.copy(source / "lr-check" / "dvc.yaml", study / "lr-check" / "dvc.yaml")
     lr_check = tiny_hard_study({"variants": [1], "clues": [2], "seeds": [0], "lrs": [0.003, 0.01]})
     (study / "lr-check" / "params.yaml").write_text(yaml.safe_dump(lr_check))
-    checks = ("lr-check", "own-rate", "longer")
+    checks = ("lr-check", "own-rate", "longer", "k2-lr-check", "k2-longer", "k3-longer", "k2-qk-norm")
+    titles = "ABCDEFG"
     main = tiny_hard_study({"variants": [1, 2], "clues": [2], "seeds": [1]})
     main["report"].update(
         success_accuracy=0.9,
         compare=[[1, 2]],
-        extra=[{"title": title, "metrics": f"{folder}/metrics"} for title, folder in zip("ABC", checks, strict=True)],
+        extra=[{"title": title, "metrics": f"{folder}/metrics"} for title, folder in zip(titles, checks, strict=True)],
     )
     assert set(main["data"]) <= set(real["data"]) | {"segments"}  # the tiny study sets the real one's task keys
     shutil.copy(source / "dvc.yaml", study / "dvc.yaml")
@@ -473,24 +474,34 @@ def test_dvc_repro_of_the_hard_study_and_its_checks_scores_ablates_and_reports(t
     assert json.loads((study / "data" / "k2" / "task.json").read_text())["type_concentration"] == 0.1
     report = (study / "reports" / "results.md").read_text()
     assert "Which head reads which clue" in report and "Succeeded (>= 90%)" in report
-    for title, folder in zip("ABC", checks, strict=True):
+    for title, folder in zip(titles, checks, strict=True):
         assert f"## {title}" in report and f"{folder}/metrics" in report
     assert "h1-lr0.01-k2-s0" in report  # the learning-rate check's models are listed
     assert ran_stages(run(project, "dvc", "repro", "studies/spotlight-hard/dvc.yaml").stdout) == set()
 
 
-@pytest.mark.parametrize("folder", ["lr-check", "own-rate", "longer"])
+@pytest.mark.parametrize(
+    "folder", ["lr-check", "own-rate", "longer", "k2-lr-check", "k2-longer", "k3-longer", "k2-qk-norm"]
+)
 def test_each_check_of_the_hard_study_trains_the_studys_task_and_models(folder):
     """A DVC params file cannot include another, so each check pipeline repeats the study's
     settings: they must agree but for what the check is about (its grid, steps or rate)."""
     hard = ROOT / "studies" / "spotlight-hard"
     study = yaml.safe_load((hard / "params.yaml").read_text())
     check = yaml.safe_load((hard / folder / "params.yaml").read_text())
-    own = {"lr-check": (), "own-rate": ("optimizer",), "longer": ("trainer",)}[folder]
+    own = {
+        "lr-check": (),
+        "own-rate": ("optimizer",),
+        "longer": ("trainer",),
+        "k2-lr-check": ("trainer",),
+        "k2-longer": ("trainer",),
+        "k3-longer": ("trainer",),
+        "k2-qk-norm": ("trainer", "model"),
+    }[folder]
     for section in set(study) | set(check):
         if section in ("study", "report", *own):
             continue
         assert check.get(section) == study.get(section), f"{folder}/params.yaml: {section}"
     for section in own:
         changed = {key for key, value in check[section].items() if study.get(section, {}).get(key) != value}
-        assert changed == {"optimizer": {"lr"}, "trainer": {"max_steps"}}[section], changed
+        assert changed == {"optimizer": {"lr"}, "trainer": {"max_steps"}, "model": {"qk_norm"}}[section], changed
