@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, assert_nothing_half_written
+from omegaconf import DictConfig
 
 from headstudy.analysis.measures.ablation import (
     DROP_SHARE,
@@ -141,28 +142,33 @@ def headstudy(cwd, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["headstudy", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def test_ablate_writes_each_heads_effect_on_each_digit(tmp_path, monkeypatch):
+def untrained_model_of_the_task(tmp_path, monkeypatch, command: str) -> tuple[list[str], DictConfig, Decoder]:
+    """The task prepared under tmp_path and a model as the train stage writes it, without its
+    Lightning training (the stages read any weights): the folder overrides, the config and the model."""
     folders = [f"paths.{name}={tmp_path / name}" for name in ("prepared", "models", "metrics", "checkpoints")]
     assert headstudy(tmp_path, "prepare", *TASK, *folders).returncode == 0
-    # A model as the train stage writes it, without its Lightning training: the stage reads any weights.
     monkeypatch.setenv("HEADSTUDY_CONF", str(ROOT / "conf"))
     monkeypatch.chdir(tmp_path)
-    config = stage_config("score", compose_config([*TASK, *MODEL, *folders]))
+    config = stage_config(command, compose_config([*TASK, *MODEL, *folders]))
     torch.manual_seed(0)
     model = Decoder(model_config(config)).eval()
-    prepared = tmp_path / "prepared"
     write_model(
         tmp_path / "models" / config.name,
         model,
         settings_text(config),
-        training_record(config, model, data_record(prepared)),
+        training_record(config, model, data_record(tmp_path / "prepared")),
     )
+    return folders, config, model
 
+
+def test_ablate_writes_each_heads_effect_on_each_digit(tmp_path, monkeypatch):
+    folders, config, model = untrained_model_of_the_task(tmp_path, monkeypatch, "score")
+    name, prepared = config.name, tmp_path / "prepared"
     result = headstudy(tmp_path, "ablate", *TASK, *MODEL, *folders)
     assert result.returncode == 0, result.stderr
-    written = json.loads((tmp_path / "metrics" / "ablation" / f"{config.name}.json").read_text())
+    written = json.loads((tmp_path / "metrics" / "ablation" / f"{name}.json").read_text())
     assert_nothing_half_written(tmp_path / "metrics")
-    assert result.stdout.startswith(f"ablate: {config.name}: digit accuracy ")
+    assert result.stdout.startswith(f"ablate: {name}: digit accuracy ")
     assert {key: written[key] for key in ("name", "variant", "heads", "seed", "clues", "values")} == {
         "name": "h2-s0",
         "variant": "2",

@@ -10,18 +10,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, assert_nothing_half_written
-from test_ablation import MODEL, TASK, headstudy
+from conftest import assert_nothing_half_written
+from test_ablation import MODEL, TASK, headstudy, untrained_model_of_the_task
 
 from headstudy.analysis.measures.ablation import answer_block, answer_digits
 from headstudy.analysis.measures.answer_types import OLD, RECENT, accuracy_by_answer_type, conflicting
 from headstudy.analysis.measures.clues import query_windows
 from headstudy.formats.prepared import load_tokens, prepared_vocab_size
 from headstudy.formats.queries import load_queries, load_task
-from headstudy.formats.trained import data_record, settings_text, training_record
-from headstudy.settings.compose import compose_config, model_config, stage_config
-from headstudy.weights.model import Decoder
-from headstudy.weights.saved import write_model
 
 
 def test_conflict_answers_hold_one_clue_at_most_recent_and_one_at_least_old_tokens_back():
@@ -93,27 +89,15 @@ def test_a_model_that_loses_the_old_digit_of_conflict_answers_fails_exactly_thos
 
 
 def test_answers_writes_the_split_of_one_model(tmp_path, monkeypatch):
-    folders = [f"paths.{name}={tmp_path / name}" for name in ("prepared", "models", "metrics", "checkpoints")]
-    assert headstudy(tmp_path, "prepare", *TASK, *folders).returncode == 0
-    # A model as the train stage writes it, without its Lightning training: the stage reads any weights.
-    monkeypatch.setenv("HEADSTUDY_CONF", str(ROOT / "conf"))
-    monkeypatch.chdir(tmp_path)
-    config = stage_config("answers", compose_config([*TASK, *MODEL, *folders]))
-    torch.manual_seed(0)
-    model = Decoder(model_config(config)).eval()
-    write_model(
-        tmp_path / "models" / config.name,
-        model,
-        settings_text(config),
-        training_record(config, model, data_record(tmp_path / "prepared")),
-    )
+    folders, config, _ = untrained_model_of_the_task(tmp_path, monkeypatch, "answers")
+    name = config.name
 
     result = headstudy(tmp_path, "answers", *TASK, *MODEL, *folders)
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"answers: {config.name}: accuracy ")
-    written = json.loads((tmp_path / "metrics" / "answers" / f"{config.name}.json").read_text())
+    assert result.stdout.startswith(f"answers: {name}: accuracy ")
+    written = json.loads((tmp_path / "metrics" / "answers" / f"{name}.json").read_text())
     assert_nothing_half_written(tmp_path / "metrics")
-    assert (written["name"], written["heads"], written["clues"]) == (config.name, 2, 2)
+    assert (written["name"], written["heads"], written["clues"]) == (name, 2, 2)
     assert written["conflict"]["answers"] + written["other"]["answers"] == written["answers"] > 0
     assert 0 <= written["conflict"]["accuracy"] <= 1 and 0 <= written["other"]["accuracy"] <= 1
