@@ -1,9 +1,10 @@
+import itertools
 import math
 
 import numpy as np
 import pytest
 import torch
-from fixed_attention import FixedAttention
+from fixed_attention import FixedAttention, random_attention, union_coverage
 
 from headstudy.analysis.measures.attention import (
     ablation_ppl,
@@ -14,7 +15,7 @@ from headstudy.analysis.measures.attention import (
     role,
     spotlight_null,
     spotlight_scores,
-    union_coverage,
+    subset_sums,
 )
 from headstudy.analysis.measures.perplexity import perplexity, stream_nll
 from headstudy.settings.compose import compose_config, model_config
@@ -204,3 +205,29 @@ def test_a_multi_head_model_exceeds_the_null_only_when_it_covers_more_than_indep
     # One single head cannot stand for two: the null is incomplete and cannot show "above".
     short = spotlight_null(study(previous, two_back, singles=[previous]), "2", WINDOWS, 4, (0.2,))
     assert not short["complete"] and short["rows"][0]["position"] == "undetermined"
+
+
+def test_subset_sums_add_the_counts_of_every_pattern_inside_each_pattern():
+    counts = np.random.default_rng(2).integers(0, 50, 1 << 4)
+    expected = [sum(counts[inner] for inner in range(16) if inner & outer == inner) for outer in range(16)]
+    assert subset_sums(counts).tolist() == expected
+
+
+def test_the_single_head_null_counts_every_union_as_checking_each_union_cell_by_cell_does():
+    multi = {"variant": "2", "heads": 2, "seed": 0, "model": FixedAttention(random_attention(0), random_attention(1))}
+    singles = [
+        {"variant": "1", "heads": 1, "seed": seed, "model": FixedAttention(random_attention(10 + seed))}
+        for seed in range(5)
+    ]
+    thresholds = (0.1, 0.3, 0.5)
+    null = spotlight_null([multi, *singles], "2", WINDOWS, 3, thresholds)
+    unions = list(itertools.combinations(range(1, 6), 2))
+    reference = union_coverage(
+        [m["model"] for m in [multi, *singles]], [(i,) for i in range(6)] + unions, WINDOWS, 3, thresholds
+    )
+    assert null["null_unions"] == len(unions) == 10
+    for column, row in enumerate(null["rows"]):
+        assert row["multi_covered"] == reference[:1, 0, column].tolist()
+        assert row["single_covered"] == reference[1:6, 0, column].tolist()
+        assert row["null_covered"] == reference[6:, 0, column].tolist()  # exactly: both count whole cells
+    assert len({tuple(row["null_covered"]) for row in null["rows"]}) == 3  # the thresholds cut differently

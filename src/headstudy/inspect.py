@@ -8,6 +8,7 @@ figures analysis/figures/heads.py's. It writes reports/heads.json and reports/fi
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,8 @@ def inspect(config: DictConfig) -> dict:
     labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
     per_model, loaded, map_figures, drawn = [], [], [], set()
-    for name, training in ((model.name, model.training) for model in config.models):
+    started = time.monotonic()
+    for number, (name, training) in enumerate(((model.name, model.training) for model in config.models), 1):
         variant, seed = str(training.variant), training.seed
         # Refused unless it is the model these settings ask for, trained on this data.
         model, _ = load_trained(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
@@ -73,8 +75,9 @@ def inspect(config: DictConfig) -> dict:
             }
         )
         print(
-            f"inspect: {name}: "
+            f"inspect: model {number} of {len(config.models)}, {name}: "
             + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in measured["layers"])
+            + f" ({time.monotonic() - started:.0f} s)"
         )
         if variant not in drawn:  # the first seed's maps
             drawn.add(variant)
@@ -90,18 +93,25 @@ def inspect(config: DictConfig) -> dict:
         for v in fair.also
         if str(v) != str(settings.spotlight.multi) and any(m["variant"] == str(v) for m in loaded)
     ]
-    # The nulls pass over the test split again, model by model: minutes with nothing else to show.
     present = {m["variant"] for m in loaded}
-    if str(settings.spotlight.multi) in present:
-        print(f"inspect: the single-head null, variant {settings.spotlight.multi} against unions of single heads ...")
     spotlight = spotlight_null(loaded, str(settings.spotlight.multi), test, settings.batch_size, thresholds)
+    if str(settings.spotlight.multi) in present:
+        print(
+            f"inspect: the single-head null, variant {settings.spotlight.multi} against unions of single heads "
+            f"({time.monotonic() - started:.0f} s)"
+        )
     fair_nulls = []
     for variant in fair_variants:
-        if variant in present:
-            print(f"inspect: the fair null, variant {variant}: unions of its own models' heads ...")
         fair_nulls.append(
-            fair_null(loaded, variant, test, settings.batch_size, thresholds, fair.max_unions, fair.sample_seed)
+            fair_null(
+                loaded, variant, test, settings.batch_size, thresholds, fair.max_unions, fair.sample_seed, fair.shuffles
+            )
         )
+        if variant in present:
+            print(
+                f"inspect: the fair null, variant {variant}: unions of its own models' heads "
+                f"({time.monotonic() - started:.0f} s)"
+            )
     return {
         "sentence": settings.sentence,
         "substantial_weight": settings.substantial_weight,
@@ -113,6 +123,8 @@ def inspect(config: DictConfig) -> dict:
         "fair_null": {
             "max_unions": fair.max_unions,
             "sample_seed": fair.sample_seed,
+            "shuffles": fair.shuffles,
+            "alpha": fair.alpha,
             "overlap_margin": fair.overlap_margin,
             "predicted": str(settings.spotlight.multi),
             "variants": fair_nulls,
