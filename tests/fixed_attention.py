@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from headstudy.analysis.measures.attention import captured_windows
+from headstudy.analysis.measures.attention import attention_measures, captured_windows
 
 
 class FixedAttention(torch.nn.Module):
@@ -17,7 +17,7 @@ class FixedAttention(torch.nn.Module):
     def __init__(self, *patterns, context: int = 32):
         super().__init__()
         self.patterns = patterns
-        self.config = SimpleNamespace(context=context, n_layers=1)
+        self.config = SimpleNamespace(context=context, n_layers=1, n_heads=len(patterns))
         self.attention_layers = [SimpleNamespace(capture_weights=False, captured_weights=None)]
 
     def forward(self, tokens: torch.Tensor) -> None:
@@ -52,3 +52,11 @@ def random_attention(seed: int):
         return logits.masked_fill(~causal, -math.inf).softmax(-1)
 
     return pattern
+
+
+def with_coverage(models: list[dict], tokens, batch_size: int, thresholds) -> list[dict]:
+    """Each model as inspect hands it to the single-head null: with its Coverage at the thresholds."""
+    return [
+        {**entry, "coverage": attention_measures(entry["model"], tokens, batch_size, 0.2, thresholds)[2]}
+        for entry in models
+    ]

@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from fixed_attention import FixedAttention, union_coverage
+from fixed_attention import FixedAttention, union_coverage, with_coverage
 
 from headstudy.analysis.figures import heads as head_figures
 from headstudy.analysis.measures.attention import (
@@ -196,7 +196,7 @@ def report_text(heads: dict, tmp_path) -> str:
 def heads_file(loaded: list[dict], singles: list, tmp_path) -> dict:
     """heads.json as inspect writes it, for the stand-in models and single heads."""
     everything = loaded + [entry(10 + i, pattern, variant="1") for i, pattern in enumerate(singles)]
-    spotlight = spotlight_null(everything, "4", WINDOWS, 3, THRESHOLDS)
+    spotlight = spotlight_null(with_coverage(everything, WINDOWS, 3, THRESHOLDS), "4", THRESHOLDS)
     fair = {
         "max_unions": 2000,
         "sample_seed": 0,

@@ -21,6 +21,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -73,21 +74,40 @@ def spotlight_scores(weights: torch.Tensor, substantial: float) -> dict[str, tor
     }
 
 
+@dataclass
+class Coverage:
+    """One model over the whole stream: which cells (window, query t >= 1, position) get more than
+    each threshold from at least one head of a layer, as bits packed batch by batch, (layers,
+    thresholds, bytes), and how many query positions they span. Every model of a study reads the
+    same windows in the same batches, so the cells line up bit for bit between models."""
+
+    queries: int
+    packed: np.ndarray
+
+
 @torch.no_grad()
 def attention_measures(
-    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float
-) -> tuple[list[dict], list[dict]]:
+    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float, thresholds: tuple[float, ...] = ()
+) -> tuple[list[dict], list[dict], Coverage]:
     """Mean scores per (layer, head), and the spotlight measures per layer, over every query
-    position t >= 1 of the stream."""
+    position t >= 1 of the stream; and, from the same pass, the cells each layer covers at each
+    of the thresholds (for the single-head null)."""
     model.eval()
     layers = model.attention_layers
     head_totals: list[dict] = [{} for _ in layers]
     layer_totals: list[dict] = [{} for _ in layers]
+    cells: list[list[list[np.ndarray]]] = [[[] for _ in thresholds] for _ in layers]
+    queries = 0
     with capturing(model):
         for inputs, _ in stream_batches(tokens, model.config.context, batch_size):
             if inputs.shape[1] < 2:
                 continue
             model(inputs)
+            queries += inputs.shape[0] * (inputs.shape[1] - 1)
+            for per_layer, layer in zip(cells, layers, strict=True):
+                rows = layer.captured_weights[:, :, 1:, :]
+                for per_threshold, threshold in zip(per_layer, thresholds, strict=True):
+                    per_threshold.append(np.packbits((rows > threshold).any(dim=1).numpy().ravel()))
             for heads_total, layer_total, layer in zip(head_totals, layer_totals, layers, strict=False):
                 for total, scores in (
                     (heads_total, attention_scores(layer.captured_weights)),
@@ -110,7 +130,13 @@ def attention_measures(
         layer_rows.append(
             {"layer": layer_index, **{key: float(value / positions) for key, value in layer_total.items()}}
         )
-    return head_rows, layer_rows
+    packed = np.array(
+        [[np.concatenate(per_threshold) for per_threshold in per_layer] for per_layer in cells]
+        if thresholds
+        else np.zeros((len(layers), 0, 0)),
+        dtype=np.uint8,
+    )
+    return head_rows, layer_rows, Coverage(queries, packed)
 
 
 @torch.no_grad()
@@ -213,16 +239,25 @@ def union_counts_from_patterns(patterns: np.ndarray, unions: list[tuple[int, ...
     return outside[full] - outside[full ^ masks]
 
 
-@torch.no_grad()
-def spotlight_null(
-    loaded: list[dict], multi: str, tokens: np.ndarray, batch_size: int, thresholds: tuple[float, ...]
-) -> dict:
+def pattern_counts(masks: list[np.ndarray], chunk: int = 1 << 20) -> np.ndarray:
+    """For packed masks of n members over the same cells: how many cells have each of the 2**n
+    patterns of which members cover them (padding bits, zero in every mask, count as pattern 0)."""
+    counts = np.zeros(1 << len(masks), dtype=np.int64)
+    for start in range(0, len(masks[0]), chunk):
+        pattern = np.zeros(8 * len(masks[0][start : start + chunk]), dtype=np.int64)
+        for bit, mask in enumerate(masks):
+            pattern |= np.unpackbits(mask[start : start + chunk]).astype(np.int64) << bit
+        counts += np.bincount(pattern, minlength=len(counts))
+    return counts
+
+
+def spotlight_null(loaded: list[dict], multi: str, thresholds: tuple[float, ...]) -> dict:
     """The coverage of each seed of the `multi` variant (k heads) against its null: the union of
     k single heads trained independently (every model of the study with one head, taken k at a
     time in every combination), at each threshold. With fewer than k single-head models the null
-    is the union of all of them, which lies below the k-head null. Every union is counted exactly,
-    in one pass over the windows: per cell, which single heads cover it is a bit pattern, and a
-    union covers the cells whose pattern meets it."""
+    is the union of all of them, which lies below the k-head null. From each model's Coverage at
+    these thresholds; every union is counted exactly, from how many cells have each pattern of
+    which single heads cover them: a union covers the cells whose pattern meets it."""
     multis = [i for i, m in enumerate(loaded) if m["variant"] == multi]
     singles = [i for i, m in enumerate(loaded) if m["heads"] == 1]
     if not multis or not singles:
@@ -234,30 +269,22 @@ def spotlight_null(
         )
     k = loaded[multis[0]]["heads"]
     members = multis + singles
-    layers = loaded[0]["model"].config.n_layers
-    alone = np.zeros((len(members), layers, len(thresholds)), dtype=np.int64)
-    patterns = np.zeros((layers, len(thresholds), 1 << len(singles)), dtype=np.int64)
-    queries = 0
-    for weights in captured_windows([loaded[i]["model"] for i in members], tokens, batch_size):
-        queries += weights[0][0].shape[0] * weights[0][0].shape[2]
-        for layer in range(layers):
-            for column, threshold in enumerate(thresholds):
-                above = [(per_model[layer] > threshold).any(dim=1) for per_model in weights]  # (B, T-1, T) each
-                alone[:, layer, column] += [int(cells.sum()) for cells in above]
-                pattern = torch.zeros(above[0].shape, dtype=torch.int64)
-                for bit, cells in enumerate(above[len(multis) :]):
-                    pattern |= cells.to(torch.int64) << bit
-                patterns[layer, column] += np.bincount(pattern.flatten().numpy(), minlength=1 << len(singles))
+    packed = [loaded[i]["coverage"].packed for i in members]
+    queries = loaded[multis[0]]["coverage"].queries
+    layers = packed[0].shape[0]
     unions = union_combinations(len(singles), k)
-    null = np.stack(
+    alone = np.array([np.bitwise_count(cells).sum(axis=-1, dtype=np.int64) for cells in packed])
+    null = np.array(
         [
-            np.stack(
-                [union_counts_from_patterns(patterns[layer, column], unions) for column in range(len(thresholds))], -1
-            )
+            [
+                union_counts_from_patterns(
+                    pattern_counts([cells[layer, column] for cells in packed[len(multis) :]]), unions
+                )
+                for column in range(len(thresholds))
+            ]
             for layer in range(layers)
-        ],
-        1,
-    )
+        ]
+    ).transpose(2, 0, 1)
     coverage = np.concatenate([alone, null]) / queries
     rows = []
     for layer in range(layers):
@@ -611,14 +638,17 @@ def fair_null(
     }
 
 
-def measure_model(model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float) -> dict:
+def measure_model(
+    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float, thresholds: tuple[float, ...] = ()
+) -> tuple[dict, Coverage]:
     """One trained model on the stream: its perplexity, every head's scores with the perplexity
-    rise when it is zeroed and its rank in its layer, and the spotlight measures per layer."""
+    rise when it is zeroed and its rank in its layer, and the spotlight measures per layer; and
+    its Coverage at the thresholds."""
     intact = perplexity(*stream_nll(model, tokens, batch_size))
-    heads, layers = attention_measures(model, tokens, batch_size, substantial)
+    heads, layers, coverage = attention_measures(model, tokens, batch_size, substantial, thresholds)
     for row in heads:
         row["ablation_delta_ppl"] = ablation_ppl(model, tokens, batch_size, row["layer"], row["head"]) - intact
-    return {"test_ppl": intact, "head_scores": rank_heads(heads), "layers": layers}
+    return {"test_ppl": intact, "head_scores": rank_heads(heads), "layers": layers}, coverage
 
 
 def head_rows(per_model: list[dict], roles: DictConfig) -> list[dict]:
