@@ -88,7 +88,9 @@ def inspect(config: DictConfig) -> dict:
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
     thresholds = null_thresholds(settings.substantial_weight)
     trainings = {
-        model.name: OmegaConf.to_container(OmegaConf.merge(model.training, {"name": model.name, "paths": config.paths}))
+        model.name: OmegaConf.to_container(
+            OmegaConf.merge(model.training, {"name": model.name, "paths": config.paths}), resolve=True
+        )
         for model in config.models
     }
     first_seeds = {}
