@@ -10,17 +10,18 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from fixed_attention import FixedAttention
+from fixed_attention import FixedAttention, union_coverage, with_coverage
 
 from headstudy.analysis.figures import heads as head_figures
 from headstudy.analysis.measures.attention import (
     cross_model_union,
     fair_null,
+    rank_choice_misses,
     rank_heads,
     rank_matched_union,
+    rank_shuffle_test,
     spotlight_null,
     union_counts,
-    union_coverage,
 )
 from headstudy.analysis.rendering.render import to_markdown
 from headstudy.analysis.sections.heads import heads_blocks
@@ -70,8 +71,8 @@ def same_distances_in_every_seed() -> list[dict]:
     return [entry(seed, *(back(d) for d in offsets[seed % 4 :] + offsets[: seed % 4])) for seed in range(1, 6)]
 
 
-def null(loaded: list[dict], max_unions: int = 2000, sample_seed: int = 0) -> dict:
-    return fair_null(loaded, "4", WINDOWS, 3, THRESHOLDS, max_unions, sample_seed)
+def null(loaded: list[dict], max_unions: int = 2000, sample_seed: int = 0, shuffles: int = 2_000_000) -> dict:
+    return fair_null(loaded, "4", WINDOWS, 3, THRESHOLDS, max_unions, sample_seed, shuffles)
 
 
 def test_rank_matched_unions_cover_what_each_model_covers_when_every_seed_learned_the_same_distances():
@@ -135,7 +136,7 @@ def test_shared_attention_pairs_heads_by_rank_within_and_across_models():
         entry(1, near, half_back_half_first, variant="2", distances=[1.0, 5.0]),
         entry(2, far, near, variant="2", distances=[16.0, 1.0]),
     ]
-    result = fair_null(loaded, "2", WINDOWS, 3, THRESHOLDS, 2000, 0)
+    result = fair_null(loaded, "2", WINDOWS, 3, THRESHOLDS, 2000, 0, 1000)
     [row] = result["overlap"]
     # Within A: near and half-near share 0.5 at every t >= 2 and all of it at t = 1 (both on
     # position 0); within B: near and far share only t = 1.
@@ -151,7 +152,7 @@ def test_shared_attention_pairs_heads_by_rank_within_and_across_models():
 def test_the_fair_null_needs_a_model_per_head_of_a_union():
     result = null(same_distances_in_every_seed()[:3])
     assert result == {"variant": "4", "seeds": [1, 2, 3], "models": 3, "heads": 4, "available": False}
-    assert not fair_null([], "4", WINDOWS, 3, THRESHOLDS, 2000, 0)["available"]
+    assert not fair_null([], "4", WINDOWS, 3, THRESHOLDS, 2000, 0, 1000)["available"]
 
 
 def test_unions_are_numbered_as_itertools_lists_them():
@@ -195,10 +196,12 @@ def report_text(heads: dict, tmp_path) -> str:
 def heads_file(loaded: list[dict], singles: list, tmp_path) -> dict:
     """heads.json as inspect writes it, for the stand-in models and single heads."""
     everything = loaded + [entry(10 + i, pattern, variant="1") for i, pattern in enumerate(singles)]
-    spotlight = spotlight_null(everything, "4", WINDOWS, 3, THRESHOLDS)
+    spotlight = spotlight_null(with_coverage(everything, WINDOWS, 3, THRESHOLDS), "4", THRESHOLDS)
     fair = {
         "max_unions": 2000,
         "sample_seed": 0,
+        "shuffles": 2_000_000,
+        "alpha": 0.05,
         "overlap_margin": 0.05,
         "predicted": "4",
         "variants": [null(loaded)],
@@ -230,9 +233,13 @@ def test_within_the_rank_matched_null_the_report_says_the_heads_differ_not_that_
     assert "more than every union of 4 independent single heads" in text
     assert "against this weaker null that is all the measure shows" in text
     assert "supports the spotlight picture" not in text
+    # Every union of one head per rank covers the same: no shuffle covers less than the models' own.
+    assert heads["fair_null"]["variants"][0]["rows"][0]["rank_shuffle"]["p"] == 1.0
+    assert "exact over all 1,728,000 shuffles, one-sided p = 1.000" in text
     assert (
-        "So this measure shows that the heads of a model differ (a set of different distances, much the same in "
-        "every seed), not that they coordinate or divide the work" in text
+        "the heads of one model cover no more than heads of the same ranks from other seeds do by chance. So this "
+        "measure shows that the heads of a model differ (a set of different distances, much the same in every seed); "
+        "it does not show that they coordinate or divide the work" in text
     )
     assert "Every union is counted, exactly: each head's cells" in text
     assert "1,280 cross-model unions of 1,280 and 120 rank-matched unions of 120" in text
@@ -252,10 +259,12 @@ def test_the_report_claims_only_what_each_null_shows(tmp_path):
     assert "2. Within the range of the rank-matched unions: did not hold (below)." in text
     # Identical heads within a model share far more than heads trained apart: prediction 3 holds.
     assert "heads of one model share more than heads of the same ranks trained apart" in text
-    # Above the rank-matched null: a claim about training together, and no more.
+    # Above the rank-matched null by its test: a claim about training together, and no more.
     for row in heads["fair_null"]["variants"][0]["rows"]:
         row["rank_matched"]["position"] = "above"
+        row["rank_shuffle"]["p"] = 0.0004
     text = report_text(heads, tmp_path)
+    assert "one-sided p < 0.001): the heads of one model cover more than heads of the same ranks" in text
     assert "beyond each head's distance rank; that is as far as this measure goes" in text
     assert "2. Within the range of the rank-matched unions: did not hold (above)." in text
     assert "divide the work" not in text.split("A fairer null")[1].split("Attention maps")[0]
@@ -268,5 +277,53 @@ def test_a_variant_without_enough_models_says_why_it_has_no_fair_null(tmp_path):
     text = report_text(heads, tmp_path)
     assert "No fair null for 4 heads: a union takes each of its 4 heads from a different model" in text
     assert "A fairer null" not in text
-    heads["fair_null"]["variants"] = [fair_null([], "4", WINDOWS, 3, THRESHOLDS, 2000, 0)]
+    heads["fair_null"]["variants"] = [fair_null([], "4", WINDOWS, 3, THRESHOLDS, 2000, 0, 1000)]
     assert "No fair null for 4 heads: the study has no model of it" in report_text(heads, tmp_path)
+
+
+def test_unions_of_one_head_per_rank_miss_the_cells_that_checking_each_union_finds_uncovered():
+    models, heads = 3, 3
+    below = torch.from_numpy(np.random.default_rng(3).random((2, models * heads, 5, 6)) > 0.4)
+    by_rank = [[2, 0, 1], [0, 1, 2], [1, 2, 0]]
+    misses = rank_choice_misses(below, by_rank)
+    for choice in itertools.product(range(models), repeat=heads):
+        members = [model * heads + by_rank[model][rank] for rank, model in enumerate(choice)]
+        assert misses[choice] == int(below[:, members].all(dim=1).sum())
+
+
+def shuffled_sums(covered: np.ndarray) -> list[int]:
+    """Every shuffle's statistic, listed the slow way: rank 0 in place, ranks 1.. permuted."""
+    models, heads = covered.shape[0], covered.ndim
+    orders = list(itertools.permutations(range(models)))
+    return [
+        sum(int(covered[(j, *(order[j] for order in assignment))]) for j in range(models))
+        for assignment in itertools.product(orders, repeat=heads - 1)
+    ]
+
+
+def test_the_rank_shuffle_test_is_exact_over_every_shuffle_and_seeded_beyond_them():
+    rng = np.random.default_rng(4)
+    covered = rng.integers(0, 20, (4, 4, 4))
+    covered[(np.arange(4),) * 3] += 12  # the models' own heads cover more
+    sums = shuffled_sums(covered)
+    observed = sum(int(covered[j, j, j]) for j in range(4))
+    exact = rank_shuffle_test(covered, most=len(sums), seed=0)
+    assert exact["exact"] and exact["shuffles"] == len(sums) == 576
+    assert exact["p"] == sum(s >= observed for s in sums) / 576 and exact["p"] < 0.05
+    assert exact["observed"] == observed / 4 and exact["null_mean"] == pytest.approx(np.mean(sums) / 4)
+    sampled = rank_shuffle_test(covered, most=300, seed=1)
+    assert not sampled["exact"] and sampled["shuffles"] == 300
+    assert sampled == rank_shuffle_test(covered, most=300, seed=1)
+    assert sampled["p"] == pytest.approx(exact["p"], abs=0.05) and sampled["p"] >= 1 / 301
+
+
+def test_heads_that_fit_together_only_in_their_own_model_pass_the_rank_shuffle_test(tmp_path):
+    # Model j attends j + 1, j + 2, j + 3 and j + 4 back: its own four heads never coincide, while a
+    # shuffled set often takes two heads of one distance from two models.
+    loaded = [entry(seed, *(back(seed + d) for d in range(4))) for seed in range(1, 6)]
+    row = null(loaded)["rows"][0]
+    assert row["multi_covered"] == pytest.approx([covered([s + d for d in range(4)]) for s in range(1, 6)])
+    assert row["rank_shuffle"]["exact"] and row["rank_shuffle"]["p"] < 0.05
+    assert row["rank_shuffle"]["null_mean"] < row["rank_shuffle"]["observed"]
+    text = report_text(heads_file(loaded, [back(1)] * 4, tmp_path), tmp_path)
+    assert "beyond each head's distance rank; that is as far as this measure goes" in text

@@ -1,9 +1,10 @@
+import itertools
 import math
 
 import numpy as np
 import pytest
 import torch
-from fixed_attention import FixedAttention
+from fixed_attention import FixedAttention, random_attention, union_coverage, with_coverage
 
 from headstudy.analysis.measures.attention import (
     ablation_ppl,
@@ -14,7 +15,7 @@ from headstudy.analysis.measures.attention import (
     role,
     spotlight_null,
     spotlight_scores,
-    union_coverage,
+    subset_sums,
 )
 from headstudy.analysis.measures.perplexity import perplexity, stream_nll
 from headstudy.settings.compose import compose_config, model_config
@@ -43,7 +44,7 @@ def previous_token_model() -> Decoder:
 
 
 def test_model_forced_to_attend_to_the_previous_token_scores_it():
-    [scores], [layer] = attention_measures(previous_token_model(), TOKENS, batch_size=8, substantial=0.2)
+    [scores], [layer], _ = attention_measures(previous_token_model(), TOKENS, batch_size=8, substantial=0.2)
     assert scores["previous_token"] > 0.99
     assert scores["self"] < 0.01
     # Only at t = 1 is the previous token also the first position: 1 query position in 31.
@@ -188,19 +189,46 @@ def test_the_union_of_two_models_counts_a_position_once():
 
 def test_a_multi_head_model_exceeds_the_null_only_when_it_covers_more_than_independent_heads():
     def study(*multi_patterns, singles):
-        return [{"variant": "2", "heads": 2, "seed": 0, "model": FixedAttention(*multi_patterns)}] + [
+        models = [{"variant": "2", "heads": 2, "seed": 0, "model": FixedAttention(*multi_patterns)}] + [
             {"variant": "1", "heads": 1, "seed": seed, "model": FixedAttention(pattern)}
             for seed, pattern in enumerate(singles)
         ]
+        return with_coverage(models, WINDOWS, 4, (0.2,))
 
     # Two heads that are just two unrelated single heads: inside the null, so no spotlight claim.
-    same = spotlight_null(study(previous, parked, singles=[previous, parked]), "2", WINDOWS, 4, (0.2,))
+    same = spotlight_null(study(previous, parked, singles=[previous, parked]), "2", (0.2,))
     assert same["rows"][0]["multi_covered"] == pytest.approx(same["rows"][0]["null_covered"])
     assert same["rows"][0]["position"] == "within" and same["complete"] and same["null_unions"] == 1
     # Independent single heads that all learned the same thing: the two heads cover more.
-    beyond = spotlight_null(study(previous, two_back, singles=[previous, previous, previous]), "2", WINDOWS, 4, (0.2,))
+    beyond = spotlight_null(study(previous, two_back, singles=[previous, previous, previous]), "2", (0.2,))
     assert beyond["null_unions"] == 3 and beyond["rows"][0]["null_covered"] == pytest.approx([1.0] * 3)
     assert beyond["rows"][0]["position"] == "above"
     # One single head cannot stand for two: the null is incomplete and cannot show "above".
-    short = spotlight_null(study(previous, two_back, singles=[previous]), "2", WINDOWS, 4, (0.2,))
+    short = spotlight_null(study(previous, two_back, singles=[previous]), "2", (0.2,))
     assert not short["complete"] and short["rows"][0]["position"] == "undetermined"
+
+
+def test_subset_sums_add_the_counts_of_every_pattern_inside_each_pattern():
+    counts = np.random.default_rng(2).integers(0, 50, 1 << 4)
+    expected = [sum(counts[inner] for inner in range(16) if inner & outer == inner) for outer in range(16)]
+    assert subset_sums(counts).tolist() == expected
+
+
+def test_the_single_head_null_counts_every_union_as_checking_each_union_cell_by_cell_does():
+    multi = {"variant": "2", "heads": 2, "seed": 0, "model": FixedAttention(random_attention(0), random_attention(1))}
+    singles = [
+        {"variant": "1", "heads": 1, "seed": seed, "model": FixedAttention(random_attention(10 + seed))}
+        for seed in range(5)
+    ]
+    thresholds = (0.1, 0.3, 0.5)
+    null = spotlight_null(with_coverage([multi, *singles], WINDOWS, 3, thresholds), "2", thresholds)
+    unions = list(itertools.combinations(range(1, 6), 2))
+    reference = union_coverage(
+        [m["model"] for m in [multi, *singles]], [(i,) for i in range(6)] + unions, WINDOWS, 3, thresholds
+    )
+    assert null["null_unions"] == len(unions) == 10
+    for column, row in enumerate(null["rows"]):
+        assert row["multi_covered"] == reference[:1, 0, column].tolist()
+        assert row["single_covered"] == reference[1:6, 0, column].tolist()
+        assert row["null_covered"] == reference[6:, 0, column].tolist()  # exactly: both count whole cells
+    assert len({tuple(row["null_covered"]) for row in null["rows"]}) == 3  # the thresholds cut differently

@@ -86,6 +86,18 @@ def test_repro_trains_evaluates_and_reports_every_variant(reproduced, project):
     assert tracked.data.tags["data.dvc_md5"].endswith(".dir")
 
 
+def test_inspect_writes_the_same_heads_file_measuring_models_side_by_side_or_one_at_a_time(reproduced, project):
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: inspect measures one model at a time anyway")
+    _, output = reproduced
+    assert "(2 at a time)" in output  # the tiny study's two models, each in a process of its own
+    side_by_side = (project / "reports/heads.json").read_bytes()
+    alone = run(project, "taskset", "-c", str(cores[0]), "dvc", "repro", "-f", "-s", "inspect")
+    assert "(1 at a time)" in alone.stdout
+    assert (project / "reports/heads.json").read_bytes() == side_by_side
+
+
 def test_second_repro_runs_nothing(project):
     assert ran_stages(run(project, "dvc", "repro").stdout) == set()
 

@@ -90,6 +90,30 @@ def test_a_run_by_hand_refuses_the_variant_override_that_configure_refuses(study
     assert "study.variant_overrides.4 in params.yaml sets seed" in refused(capsys, "config", "variant=4")
 
 
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"rates": "lr-tunign"}, ["study.rates in params.yaml must name an entry of", "lr-tuning", "'lr-tunign'"]),
+        ({"rates": "lr-tuning", "lrs": [0.001, 0.002]}, ["study.rates", "study.lrs", "keep one"]),
+    ],
+)
+def test_configure_refuses_selected_rates_it_cannot_take(study, capsys, changes, named):
+    before = study(with_study(**changes))
+    line = refused(capsys, "configure")
+    for name in named:
+        assert name in line, line
+    assert files_in(Path.cwd()) == before
+
+
+def test_a_variant_trains_at_the_rate_its_study_selected_unless_its_own_settings_set_another(study, capsys):
+    study(with_study(rates="lr-tuning", variant_overrides={"1": ["optimizer.lr=0.001"]}))
+    rates = yaml.safe_load((ROOT / "conf" / "selected_rates.yaml").read_text())["lr-tuning"]
+    for variant, lr in (("4", rates["4"]), ("1-mix", rates["1-mix"]), ("1", 0.001)):
+        capsys.readouterr()
+        main(["config", f"variant={variant}"])
+        assert yaml.safe_load(capsys.readouterr().out)["optimizer"]["lr"] == lr, variant
+
+
 def test_configure_refuses_a_compare_pair_naming_a_variant_outside_the_study(study, capsys):
     params = with_study()
     params["report"]["compare"] = [[1, 4], [1, 8]]

@@ -31,12 +31,24 @@ def test_lr_study_tried_four_or_more_rates_per_variant_and_selected_none_at_an_e
         assert tried[0] < summary["selected_lr"][variant] < tried[-1], (variant, tried)
 
 
+def selected_rates() -> dict:
+    return yaml.safe_load((ROOT / "conf" / "selected_rates.yaml").read_text())
+
+
+def test_each_selected_rate_is_the_one_its_tuning_study_s_report_selected_and_written_once():
+    for tuning, rates in selected_rates().items():
+        selected = json.loads((ROOT / "studies" / tuning / "reports" / "summary.json").read_text())["selected_lr"]
+        assert rates == selected, tuning
+    for params in [ROOT / "params.yaml", *sorted((ROOT / "studies").rglob("params.yaml"))]:
+        study = yaml.safe_load(params.read_text())["study"]
+        written = [item for items in (study.get("variant_overrides") or {}).values() for item in items]
+        assert not [item for item in written if item.startswith("optimizer.lr=")], params
+
+
 def test_default_study_trains_each_variant_at_the_learning_rate_the_lr_study_selected():
     study = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
-    overrides = {str(variant): settings for variant, settings in study["variant_overrides"].items()}
+    assert study["rates"] == "lr-tuning"
     assert [str(v) for v in study["variants"]] == list(lr_summary()["selected_lr"])
-    for variant, lr in lr_summary()["selected_lr"].items():
-        assert overrides[variant] == [f"optimizer.lr={lr:g}"], variant
     composed = subprocess.run(
         ["headstudy", "config", "variant=1-mix"], cwd=ROOT, capture_output=True, text=True, check=True
     )
@@ -45,10 +57,9 @@ def test_default_study_trains_each_variant_at_the_learning_rate_the_lr_study_sel
 
 def test_the_stabilised_study_trains_each_variant_at_the_rate_its_tuning_selected_and_with_its_warm_up():
     tuning = ROOT / "studies" / "stabilised-tuning"
-    selected = json.loads((tuning / "reports" / "summary.json").read_text())["selected_lr"]
     params = yaml.safe_load((ROOT / "studies" / "stabilised" / "params.yaml").read_text())
-    overrides = {str(variant): settings for variant, settings in params["study"]["variant_overrides"].items()}
-    assert overrides == {variant: [f"optimizer.lr={lr:g}"] for variant, lr in selected.items()}
+    assert params["study"]["rates"] == "stabilised-tuning"
+    assert [str(v) for v in params["study"]["variants"]] == list(selected_rates()["stabilised-tuning"])
     assert params["optimizer"] == yaml.safe_load((tuning / "params.yaml").read_text())["optimizer"]
     assert 0 not in params["study"]["seeds"]  # seed 0 chose the rates
 

@@ -29,6 +29,7 @@ from headstudy.settings.compose import (
     is_number,
     precision_warning,
     read_params,
+    selected_rates,
     stage_config,
 )
 
@@ -68,8 +69,14 @@ def study_models(params: dict) -> list[dict]:
     seeds = listed(study, "seeds")
     lrs = listed(study, "lrs", required=False)
     clue_counts = listed(study, "clues", required=False)
-    # Each variant's own settings (study.variant_overrides) are added by compose_config, for a run
-    # by hand too. Settings of a variant the study leaves out are kept for when it comes back.
+    # Each variant's own settings (its rate from study.rates, study.variant_overrides) are added by
+    # compose_config, for a run by hand too. Settings of a variant the study leaves out are kept for
+    # when it comes back.
+    if lrs and study.get("rates") is not None:
+        raise ConfigError(
+            f"study.rates in {PARAMS_FILE} sets each variant's learning rate, and study.lrs is a grid of them: keep one"
+        )
+    selected_rates(study)
     per_variant = study.get("variant_overrides") or {}
     if not isinstance(per_variant, dict):
         raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} must map variants to lists of key=value")

@@ -8,6 +8,10 @@ figures analysis/figures/heads.py's. It writes reports/heads.json and reports/fi
 
 from __future__ import annotations
 
+import multiprocessing
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +22,7 @@ from tokenizers import Tokenizer
 from headstudy.analysis.figures import heads as head_figures
 from headstudy.analysis.measures.attention import (
     ORDER_KEY,
+    Coverage,
     fair_null,
     head_rows,
     layer_rows,
@@ -41,8 +46,33 @@ def sentence_ids(tokenizer: Tokenizer, sentence: str, test_tokens: np.ndarray) -
     return tokenizer.encode(" " + sentence.strip()).ids
 
 
+def measured_model(job: dict) -> tuple[int, dict, Coverage, list | None]:
+    """One model of the study, in a worker process of its own or in this one: loaded (refused
+    unless it is the model these settings ask for, trained on this data), measured on the test
+    split, and its attention on the sentence when its maps are drawn."""
+    torch.set_num_threads(job["threads"])
+    model, _ = load_trained(OmegaConf.create(job["training"]))
+    test = load_tokens(Path(job["prepared"]), "test")
+    measured, coverage = measure_model(model, test, job["batch_size"], job["substantial"], job["thresholds"])
+    maps = sentence_maps(model, job["ids"]) if job["draw"] else None
+    return model.config.n_heads, measured, coverage, maps
+
+
+def measured_models(jobs_to_run: list[dict], workers: int) -> Iterator[tuple[int, tuple]]:
+    """Each job's measures as they finish, with its index: in this process, or in `workers`
+    processes (spawned: a forked torch can hang in its thread pool)."""
+    if workers == 1:
+        yield from ((index, measured_model(job)) for index, job in enumerate(jobs_to_run))
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(measured_model, job): index for index, job in enumerate(jobs_to_run)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
 def inspect(config: DictConfig) -> dict:
-    torch.set_num_threads(jobs.torch_threads(config.threads))
+    threads = jobs.torch_threads(config.threads)
+    torch.set_num_threads(threads)
     settings = config.inspect
     prepared = Path(config.paths.prepared)
     test = load_tokens(prepared, "test")
@@ -56,52 +86,86 @@ def inspect(config: DictConfig) -> dict:
     ids = sentence_ids(tokenizer, settings.sentence, test)
     labels = [tokenizer.decode([i]).strip() or repr(tokenizer.decode([i])) for i in ids]
     figure_dir = Path(config.paths.reports) / "figures" / "heads"
-    per_model, loaded, map_figures, drawn = [], [], [], set()
-    for name, training in ((model.name, model.training) for model in config.models):
-        variant, seed = str(training.variant), training.seed
-        # Refused unless it is the model these settings ask for, trained on this data.
-        model, _ = load_trained(OmegaConf.merge(training, {"name": name, "paths": config.paths}))
-        measured = measure_model(model, test, settings.batch_size, settings.substantial_weight)
-        per_model.append({"variant": variant, "heads": model.config.n_heads, "seed": seed, **measured})
+    thresholds = null_thresholds(settings.substantial_weight)
+    trainings = {
+        model.name: OmegaConf.to_container(
+            OmegaConf.merge(model.training, {"name": model.name, "paths": config.paths}), resolve=True
+        )
+        for model in config.models
+    }
+    first_seeds = {}
+    for name, training in trainings.items():  # each variant's first seed has its maps drawn
+        first_seeds.setdefault(str(training["variant"]), name)
+    to_run = [
+        {
+            "training": training,
+            "prepared": str(prepared),
+            "threads": threads,
+            "batch_size": settings.batch_size,
+            "substantial": settings.substantial_weight,
+            "thresholds": thresholds,
+            "ids": ids,
+            "draw": first_seeds[str(training["variant"])] == name,
+        }
+        for name, training in trainings.items()
+    ]
+    results: dict[int, tuple] = {}
+    started, workers = time.monotonic(), jobs.stage_workers(threads, len(to_run))
+    for done, (index, result) in enumerate(measured_models(to_run, workers), 1):
+        results[index] = result
+        name = list(trainings)[index]
+        print(
+            f"inspect: model {done} of {len(to_run)} ({workers} at a time), {name}: "
+            + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in result[1]["layers"])
+            + f" ({time.monotonic() - started:.0f} s)"
+        )
+    per_model, loaded, map_figures = [], [], []
+    for index, training in enumerate(trainings.values()):
+        heads, measured, coverage, maps = results[index]
+        variant, seed = str(training["variant"]), training["seed"]
+        per_model.append({"variant": variant, "heads": heads, "seed": seed, **measured})
         loaded.append(
             {
                 "variant": variant,
-                "heads": model.config.n_heads,
+                "heads": heads,
                 "seed": seed,
-                "model": model,
+                "coverage": coverage,
                 "head_scores": measured["head_scores"],
             }
         )
-        print(
-            f"inspect: {name}: "
-            + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in measured["layers"])
-        )
-        if variant not in drawn:  # the first seed's maps
-            drawn.add(variant)
-            maps = sentence_maps(model, ids)
+        if maps is not None:
             drawn_maps = head_figures.model_attention_maps(
                 maps, measured["head_scores"], labels, variant, seed, figure_dir
             )
             map_figures += [str(path) for path in drawn_maps]
-    thresholds = null_thresholds(settings.substantial_weight)
     fair = settings.spotlight.fair_null
     fair_variants = [str(settings.spotlight.multi)] + [
         str(v)
         for v in fair.also
         if str(v) != str(settings.spotlight.multi) and any(m["variant"] == str(v) for m in loaded)
     ]
-    # The nulls pass over the test split again, model by model: minutes with nothing else to show.
     present = {m["variant"] for m in loaded}
+    spotlight = spotlight_null(loaded, str(settings.spotlight.multi), thresholds)
+    for entry, training in zip(loaded, trainings.values(), strict=True):
+        if entry["variant"] in fair_variants:  # the fair null reads their attention again, all at once
+            entry["model"], _ = load_trained(OmegaConf.create(training))
     if str(settings.spotlight.multi) in present:
-        print(f"inspect: the single-head null, variant {settings.spotlight.multi} against unions of single heads ...")
-    spotlight = spotlight_null(loaded, str(settings.spotlight.multi), test, settings.batch_size, thresholds)
+        print(
+            f"inspect: the single-head null, variant {settings.spotlight.multi} against unions of single heads "
+            f"({time.monotonic() - started:.0f} s)"
+        )
     fair_nulls = []
     for variant in fair_variants:
-        if variant in present:
-            print(f"inspect: the fair null, variant {variant}: unions of its own models' heads ...")
         fair_nulls.append(
-            fair_null(loaded, variant, test, settings.batch_size, thresholds, fair.max_unions, fair.sample_seed)
+            fair_null(
+                loaded, variant, test, settings.batch_size, thresholds, fair.max_unions, fair.sample_seed, fair.shuffles
+            )
         )
+        if variant in present:
+            print(
+                f"inspect: the fair null, variant {variant}: unions of its own models' heads "
+                f"({time.monotonic() - started:.0f} s)"
+            )
     return {
         "sentence": settings.sentence,
         "substantial_weight": settings.substantial_weight,
@@ -113,6 +177,8 @@ def inspect(config: DictConfig) -> dict:
         "fair_null": {
             "max_unions": fair.max_unions,
             "sample_seed": fair.sample_seed,
+            "shuffles": fair.shuffles,
+            "alpha": fair.alpha,
             "overlap_margin": fair.overlap_margin,
             "predicted": str(settings.spotlight.multi),
             "variants": fair_nulls,

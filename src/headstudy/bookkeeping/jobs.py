@@ -91,3 +91,11 @@ def torch_threads(requested: int) -> int:
         return requested
     jobs = max(1, queue_workers(Path(os.environ["DVC_ROOT"])))
     return max(1, min(requested, cores() // jobs))
+
+
+def stage_workers(threads: int, tasks: int) -> int:
+    """How many processes of `threads` threads a stage may run its independent tasks in (inspect:
+    one model each): as many as fit in this job's share of the cores (all this process may use,
+    or a queued experiment's part of them), at most one per task. Each task runs on the thread
+    count it would get alone, so the count changes no result."""
+    return max(1, min(tasks, torch_threads(cores()) // max(1, threads)))

@@ -140,10 +140,35 @@ def override_value(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
+# The learning rates the tuning studies selected, one entry per tuning study, in conf/: each rate
+# is written once, and a study takes an entry by name (study.rates).
+RATES_FILE = "selected_rates.yaml"
+
+
+def selected_rates(study: dict) -> dict[str, float]:
+    """The learning rate of each variant in the entry of conf/selected_rates.yaml that study.rates
+    names; none without study.rates."""
+    name = study.get("rates")
+    if name is None:
+        return {}
+    path = conf_dir() / RATES_FILE
+    table = read_params(path)
+    if not isinstance(name, str) or not isinstance(table.get(name), dict):
+        raise ConfigError(
+            f"study.rates in {PARAMS_FILE} must name an entry of {path} ({', '.join(map(str, table)) or 'none'}), "
+            f"got {name!r}"
+        )
+    rates = {str(variant): rate for variant, rate in table[name].items()}
+    wrong = [variant for variant, rate in rates.items() if not isinstance(rate, float) or not rate > 0]
+    if wrong:
+        raise ConfigError(f"{path}: {name}.{wrong[0]} must be a learning rate > 0, got {rates[wrong[0]]!r}")
+    return rates
+
+
 def variant_settings(params: dict, overrides: list[str]) -> list[str]:
-    """The study's own settings of the variant that the overrides name (params.yaml's
-    study.variant_overrides: each variant's learning rate), so that a run by hand trains what the
-    study trains."""
+    """The study's own settings of the variant that the overrides name, so that a run by hand
+    trains what the study trains: its selected learning rate (study.rates), then params.yaml's
+    study.variant_overrides.VARIANT, which may set another."""
     chosen = [value for key, _, value in (o.partition("=") for o in overrides) if key == "variant"]
     study = params.get("study") if isinstance(params.get("study"), dict) else {}
     per_variant = study.get("variant_overrides") or {}
@@ -154,6 +179,9 @@ def variant_settings(params: dict, overrides: list[str]) -> list[str]:
             f"study.variant_overrides.{chosen[-1]} in {PARAMS_FILE} must be a list of key=value, got {settings!r}"
         )
     check_variant_settings(chosen[-1] if chosen else "", settings)
+    rate = selected_rates(study).get(chosen[-1]) if chosen else None
+    if rate is not None and not any(item.partition("=")[0].lstrip("+~") == "optimizer.lr" for item in settings):
+        settings = [f"optimizer.lr={rate!r}", *settings]
     return settings
 
 

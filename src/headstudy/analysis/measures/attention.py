@@ -21,6 +21,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -73,21 +74,40 @@ def spotlight_scores(weights: torch.Tensor, substantial: float) -> dict[str, tor
     }
 
 
+@dataclass
+class Coverage:
+    """One model over the whole stream: which cells (window, query t >= 1, position) get more than
+    each threshold from at least one head of a layer, as bits packed batch by batch, (layers,
+    thresholds, bytes), and how many query positions they span. Every model of a study reads the
+    same windows in the same batches, so the cells line up bit for bit between models."""
+
+    queries: int
+    packed: np.ndarray
+
+
 @torch.no_grad()
 def attention_measures(
-    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float
-) -> tuple[list[dict], list[dict]]:
+    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float, thresholds: tuple[float, ...] = ()
+) -> tuple[list[dict], list[dict], Coverage]:
     """Mean scores per (layer, head), and the spotlight measures per layer, over every query
-    position t >= 1 of the stream."""
+    position t >= 1 of the stream; and, from the same pass, the cells each layer covers at each
+    of the thresholds (for the single-head null)."""
     model.eval()
     layers = model.attention_layers
     head_totals: list[dict] = [{} for _ in layers]
     layer_totals: list[dict] = [{} for _ in layers]
+    cells: list[list[list[np.ndarray]]] = [[[] for _ in thresholds] for _ in layers]
+    queries = 0
     with capturing(model):
         for inputs, _ in stream_batches(tokens, model.config.context, batch_size):
             if inputs.shape[1] < 2:
                 continue
             model(inputs)
+            queries += inputs.shape[0] * (inputs.shape[1] - 1)
+            for per_layer, layer in zip(cells, layers, strict=True):
+                rows = layer.captured_weights[:, :, 1:, :]
+                for per_threshold, threshold in zip(per_layer, thresholds, strict=True):
+                    per_threshold.append(np.packbits((rows > threshold).any(dim=1).numpy().ravel()))
             for heads_total, layer_total, layer in zip(head_totals, layer_totals, layers, strict=False):
                 for total, scores in (
                     (heads_total, attention_scores(layer.captured_weights)),
@@ -110,7 +130,13 @@ def attention_measures(
         layer_rows.append(
             {"layer": layer_index, **{key: float(value / positions) for key, value in layer_total.items()}}
         )
-    return head_rows, layer_rows
+    packed = np.array(
+        [[np.concatenate(per_threshold) for per_threshold in per_layer] for per_layer in cells]
+        if thresholds
+        else np.zeros((len(layers), 0, 0)),
+        dtype=np.uint8,
+    )
+    return head_rows, layer_rows, Coverage(queries, packed)
 
 
 @torch.no_grad()
@@ -188,66 +214,96 @@ def captured_windows(models: list, tokens: np.ndarray, batch_size: int) -> Itera
             ]
 
 
-@torch.no_grad()
-def union_coverage(
-    models: list[Decoder],
-    groups: list[tuple[int, ...]],
-    tokens: np.ndarray,
-    batch_size: int,
-    thresholds: tuple[float, ...],
-) -> np.ndarray:
-    """(groups, layers, thresholds): per query position t >= 1, the mean number of positions that
-    get more than the threshold from at least one head of at least one model of the group, every
-    model reading the same windows."""
-    layers = models[0].config.n_layers
-    totals = np.zeros((len(groups), layers, len(thresholds)))
-    queries = 0
-    for weights in captured_windows(models, tokens, batch_size):
-        queries += weights[0][0].shape[0] * weights[0][0].shape[2]
-        for layer in range(layers):
-            rows = [per_model[layer] for per_model in weights]  # (B, H, T-1, T) each
-            for column, threshold in enumerate(thresholds):
-                above = [(w > threshold).any(dim=1) for w in rows]  # per model (B, T-1, T)
-                for index, group in enumerate(groups):
-                    union = torch.stack([above[member] for member in group]).any(dim=0)
-                    totals[index, layer, column] += union.sum().item()
-    return totals / queries
+# The single-head null counts every union from a histogram over 2**n patterns: past this many
+# single-head models the histogram (8 bytes a pattern, per layer and threshold) outgrows memory.
+MOST_SINGLES = 22
 
 
-def spotlight_null(
-    loaded: list[dict], multi: str, tokens: np.ndarray, batch_size: int, thresholds: tuple[float, ...]
-) -> dict:
+def subset_sums(counts: np.ndarray) -> np.ndarray:
+    """For counts indexed by a bit pattern (length 2**n): at each pattern S, the sum of the counts
+    of every pattern inside S (its subsets), in n passes."""
+    sums = counts.copy()
+    for bit in range(len(sums).bit_length() - 1):
+        pairs = sums.reshape(-1, 2, 1 << bit)
+        pairs[:, 1, :] += pairs[:, 0, :]
+    return sums
+
+
+def union_counts_from_patterns(patterns: np.ndarray, unions: list[tuple[int, ...]]) -> np.ndarray:
+    """patterns[S]: how many cells are covered by exactly the members in bit pattern S. For each
+    union, the cells at least one of its members covers: all cells but those whose pattern lies
+    inside the union's complement."""
+    full = len(patterns) - 1
+    outside = subset_sums(patterns)
+    masks = np.array([sum(1 << member for member in union) for union in unions], dtype=np.int64)
+    return outside[full] - outside[full ^ masks]
+
+
+def pattern_counts(masks: list[np.ndarray], chunk: int = 1 << 20) -> np.ndarray:
+    """For packed masks of n members over the same cells: how many cells have each of the 2**n
+    patterns of which members cover them (padding bits, zero in every mask, count as pattern 0)."""
+    counts = np.zeros(1 << len(masks), dtype=np.int64)
+    for start in range(0, len(masks[0]), chunk):
+        pattern = np.zeros(8 * len(masks[0][start : start + chunk]), dtype=np.int64)
+        for bit, mask in enumerate(masks):
+            pattern |= np.unpackbits(mask[start : start + chunk]).astype(np.int64) << bit
+        counts += np.bincount(pattern, minlength=len(counts))
+    return counts
+
+
+def spotlight_null(loaded: list[dict], multi: str, thresholds: tuple[float, ...]) -> dict:
     """The coverage of each seed of the `multi` variant (k heads) against its null: the union of
     k single heads trained independently (every model of the study with one head, taken k at a
     time in every combination), at each threshold. With fewer than k single-head models the null
-    is the union of all of them, which lies below the k-head null."""
+    is the union of all of them, which lies below the k-head null. From each model's Coverage at
+    these thresholds; every union is counted exactly, from how many cells have each pattern of
+    which single heads cover them: a union covers the cells whose pattern meets it."""
     multis = [i for i, m in enumerate(loaded) if m["variant"] == multi]
     singles = [i for i, m in enumerate(loaded) if m["heads"] == 1]
     if not multis or not singles:
         return {}
+    if len(singles) > MOST_SINGLES:
+        raise ValueError(
+            f"the single-head null counts unions of at most {MOST_SINGLES} single-head models; the study has "
+            f"{len(singles)}"
+        )
     k = loaded[multis[0]]["heads"]
-    members = multis + singles  # groups below index into this list
-    unions = [tuple(len(multis) + j for j in combo) for combo in union_combinations(len(singles), k)]
-    groups = [(i,) for i in range(len(members))] + unions
-    coverage = union_coverage([loaded[i]["model"] for i in members], groups, tokens, batch_size, thresholds)
+    members = multis + singles
+    packed = [loaded[i]["coverage"].packed for i in members]
+    queries = loaded[multis[0]]["coverage"].queries
+    layers = packed[0].shape[0]
+    unions = union_combinations(len(singles), k)
+    alone = np.array([np.bitwise_count(cells).sum(axis=-1, dtype=np.int64) for cells in packed])
+    null = np.array(
+        [
+            [
+                union_counts_from_patterns(
+                    pattern_counts([cells[layer, column] for cells in packed[len(multis) :]]), unions
+                )
+                for column in range(len(thresholds))
+            ]
+            for layer in range(layers)
+        ]
+    ).transpose(2, 0, 1)
+    coverage = np.concatenate([alone, null]) / queries
     rows = []
-    for layer in range(coverage.shape[1]):
+    for layer in range(layers):
         for column, threshold in enumerate(thresholds):
             observed = coverage[: len(multis), layer, column]
-            alone = coverage[len(multis) : len(multis) + len(singles), layer, column]
-            null = coverage[len(multis) + len(singles) :, layer, column]
+            single = coverage[len(multis) : len(members), layer, column]
+            union = coverage[len(members) :, layer, column]
             rows.append(
                 {
                     "layer": layer,
                     "threshold": threshold,
                     "multi_covered": observed.tolist(),
-                    "single_covered": alone.tolist(),
-                    "null_covered": null.tolist(),
-                    "null_mean": float(null.mean()),
-                    "null_median": float(np.median(null)),
-                    "null_min": float(null.min()),
-                    "null_max": float(null.max()),
-                    "position": against_null(observed, null, complete=len(singles) >= k),
+                    "single_covered": single.tolist(),
+                    "null_covered": union.tolist(),
+                    "null_mean": float(union.mean()),
+                    "null_median": float(np.median(union)),
+                    "null_min": float(union.min()),
+                    "null_max": float(union.max()),
+                    "position": against_null(observed, union, complete=len(singles) >= k),
                 }
             )
     return {
@@ -416,6 +472,82 @@ def overlap_rows(pairs: list[dict], mass: np.ndarray, layer: int, models: int) -
     return rows, summary
 
 
+def rank_choice_misses(below: torch.Tensor, heads_by_rank: list[list[int]]) -> np.ndarray:
+    """For cells below (B, members, T-1, T), True where a member's weight is not above the
+    threshold (member m * heads + h): for every union that takes the head of each rank from any
+    model (models ** heads of them, own models included), the number of cells none of its heads
+    covers, indexed [model of rank 0, model of rank 1, ...]. A product over ranks per cell, summed
+    over cells as one matrix product; exact, since each batch's counts stay below 2**24."""
+    models, heads = len(heads_by_rank), len(heads_by_rank[0])
+    per_rank = [
+        below[:, [model * heads + heads_by_rank[model][rank] for model in range(models)]]
+        .transpose(0, 1)
+        .reshape(models, -1)
+        .float()
+        for rank in range(heads)
+    ]
+
+    def outer(factors: list[torch.Tensor]) -> torch.Tensor:
+        product = factors[0]
+        for factor in factors[1:]:
+            product = (product[:, None, :] * factor[None, :, :]).reshape(-1, factor.shape[1])
+        return product
+
+    half = (heads + 1) // 2
+    misses = outer(per_rank[:half]) @ outer(per_rank[half:]).T
+    return misses.round().to(torch.int64).numpy().reshape((models,) * heads)
+
+
+def rank_shuffles(models: int, heads: int, most: int, seed: int, chunk: int = 100_000) -> Iterator[list[np.ndarray]]:
+    """Assignments of each rank's heads to the models, ranks 1 to heads - 1 (rank 0 stays: moving
+    it only renames the unions), `chunk` at a time, as arrays (n, models) per rank: every one of
+    the models! ** (heads - 1) when there are at most `most`, otherwise `most` drawn with `seed`."""
+    total = math.factorial(models) ** (heads - 1)
+    if total <= most:
+        orders = np.array(list(itertools.permutations(range(models))))
+        for start in range(0, total, chunk):
+            digits = np.unravel_index(np.arange(start, min(start + chunk, total)), (len(orders),) * (heads - 1))
+            yield [orders[digit] for digit in digits]
+        return
+    rng = np.random.default_rng(seed)
+    for start in range(0, most, chunk):
+        count = min(chunk, most - start)
+        yield [np.argsort(rng.random((count, models)), axis=1) for _ in range(heads - 1)]
+
+
+def rank_shuffle_test(covered: np.ndarray, most: int, seed: int) -> dict:
+    """A permutation test of whether a model's own heads cover more than heads of the same ranks
+    that trained in other models. covered[j0, j1, ...]: the cells covered by the union of model
+    j0's rank-0 head, model j1's rank-1 head, and so on. The statistic: the cells covered by each
+    model's own heads, summed over models; its null: the same sum after each rank's heads are
+    shuffled among the models, which is what "heads of one rank are exchangeable between
+    models" allows. One-sided (own heads cover more); exact over every shuffle when there are at
+    most `most`, otherwise `most` drawn with `seed` and p counted with the observed one among them."""
+    models, heads = covered.shape[0], covered.ndim
+    own = np.arange(models)
+    observed = int(covered[(own,) * heads].sum())
+    exact = math.factorial(models) ** (heads - 1) <= most
+    at_least, shuffles, total = 0, 0, 0
+    for assignment in rank_shuffles(models, heads, most, seed):
+        sums = covered[(own[None, :], *assignment)].sum(axis=1)
+        at_least += int((sums >= observed).sum())
+        shuffles += len(sums)
+        total += int(sums.sum())
+    p = at_least / shuffles if exact else (at_least + 1) / (shuffles + 1)
+    return {
+        "p": p,
+        "exact": exact,
+        "shuffles": shuffles,
+        "observed": observed / models,
+        "null_mean": total / shuffles / models,
+    }
+
+
+def per_query(test: dict, queries: int) -> dict:
+    """A rank-shuffle test's coverage in positions per query instead of cells."""
+    return {**test, "observed": test["observed"] / queries, "null_mean": test["null_mean"] / queries}
+
+
 @torch.no_grad()
 def fair_null(
     loaded: list[dict],
@@ -425,13 +557,16 @@ def fair_null(
     thresholds: tuple[float, ...],
     max_unions: int,
     sample_seed: int,
+    shuffles: int,
 ) -> dict:
     """A fair null for the coverage of the `variant`'s models (k heads each), built from those
     models themselves: the union of k heads each from a different model, any head (cross-model),
     or the head of each distance rank from a different model (rank-matched), at each threshold;
     and the attention mass two heads share per query, pairs within one model against the same two
     ranks from two different models. Needs at least k models of the variant. Counted exactly on
-    packed bit masks; a null of more than max_unions unions is a random sample of that many."""
+    packed bit masks; a null of more than max_unions unions is a random sample of that many. Beside
+    the ranges, a test: rank_shuffle_test of the mean coverage against heads of each rank shuffled
+    among the models (at most `shuffles` of them, drawn with sample_seed)."""
     members = [entry for entry in loaded if entry["variant"] == variant]
     found = {"variant": variant, "seeds": [entry["seed"] for entry in members], "models": len(members)}
     heads = members[0]["heads"] if members else 0
@@ -459,13 +594,16 @@ def fair_null(
         for name, count in (("own", len(own)), ("cross_model", len(cross)), ("rank_matched", len(ranked[0])))
     }
     shared = np.zeros((layers, len(pairs[0])))
-    queries = 0
+    misses = np.zeros((layers, len(thresholds)) + (len(members),) * heads, dtype=np.int64)
+    queries, cells = 0, 0
     for weights in captured_windows(models, tokens, batch_size):
         queries += weights[0][0].shape[0] * weights[0][0].shape[2]
+        cells += weights[0][0][:, 0].numel()
         for layer in range(layers):
             rows = torch.cat([per_model[layer] for per_model in weights], dim=1)  # member m * heads + h
             masks = packed_above(rows, thresholds)
-            for column in range(len(thresholds)):
+            for column, threshold in enumerate(thresholds):
+                misses[layer, column] += rank_choice_misses(~(rows > threshold), by_rank[layer])
                 covered["own"][layer, column] += union_counts(masks[column], own)
                 covered["cross_model"][layer, column] += union_counts(masks[column], cross)
                 covered["rank_matched"][layer, column] += union_counts(masks[column], ranked[layer])
@@ -482,6 +620,7 @@ def fair_null(
                 name: against_fair_null(coverage["own"][layer, column], coverage[name][layer, column])
                 for name in ("cross_model", "rank_matched")
             },
+            "rank_shuffle": per_query(rank_shuffle_test(cells - misses[layer, column], shuffles, sample_seed), queries),
         }
         for layer in range(layers)
         for column, threshold in enumerate(thresholds)
@@ -499,14 +638,17 @@ def fair_null(
     }
 
 
-def measure_model(model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float) -> dict:
+def measure_model(
+    model: Decoder, tokens: np.ndarray, batch_size: int, substantial: float, thresholds: tuple[float, ...] = ()
+) -> tuple[dict, Coverage]:
     """One trained model on the stream: its perplexity, every head's scores with the perplexity
-    rise when it is zeroed and its rank in its layer, and the spotlight measures per layer."""
+    rise when it is zeroed and its rank in its layer, and the spotlight measures per layer; and
+    its Coverage at the thresholds."""
     intact = perplexity(*stream_nll(model, tokens, batch_size))
-    heads, layers = attention_measures(model, tokens, batch_size, substantial)
+    heads, layers, coverage = attention_measures(model, tokens, batch_size, substantial, thresholds)
     for row in heads:
         row["ablation_delta_ppl"] = ablation_ppl(model, tokens, batch_size, row["layer"], row["head"]) - intact
-    return {"test_ppl": intact, "head_scores": rank_heads(heads), "layers": layers}
+    return {"test_ppl": intact, "head_scores": rank_heads(heads), "layers": layers}, coverage
 
 
 def head_rows(per_model: list[dict], roles: DictConfig) -> list[dict]:

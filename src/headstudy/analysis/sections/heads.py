@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from headstudy.analysis.rendering.wording import label, mid_sentence
+from headstudy.analysis.rendering.wording import label, mid_sentence, p_is, p_value
 from headstudy.analysis.statistics import against_null
 
 POSITION_WORDS = {
@@ -190,7 +190,11 @@ def fair_null_intro(fair: dict, name) -> str:
         f"Cross-model unions take {k} heads, each from a different model of the same variant, any head: heads of "
         f"the same width, trained in the same kind of model, that never trained together. Rank-matched unions take "
         f"the head of each distance rank (0 to {k - 1}) from a different model, so that every union holds one head of "
-        f"each rank, as a model does. {union_counting(fair, name)} Beside them, the pairwise overlap: the attention "
+        f"each rank, as a model does. {union_counting(fair, name)} A range is no test, so the rank-matched null has "
+        "one: a permutation test of the models' mean coverage against the same mean after each rank's heads are "
+        "shuffled among the models, as they may be if a head's coverage depends on its rank and not on the heads it "
+        f"trained with (conf/inspect's spotlight.fair_null.shuffles and alpha, {fair['alpha']:g}). Beside them, the "
+        "pairwise overlap: the attention "
         "mass two heads share per query (the sum over positions of the smaller of their two weights, mean over query "
         "positions; 0 for heads that never look at the same place, 1 for identical heads), for pairs of heads within "
         "one model against pairs of the same two ranks taken from two different models."
@@ -213,15 +217,35 @@ def cross_model_words(row: dict, seeds: int) -> str:
     return "heads picked from different models cover about as much as a model's own heads"
 
 
-RANK_MATCHED_WORDS = {
-    "within": "swapping in another seed's head of the same rank covers about as much. So this measure shows that the "
-    "heads of a model differ (a set of different distances, much the same in every seed), not that they coordinate "
-    "or divide the work",
-    "above": "the heads of one model cover more than heads of the same ranks from other seeds, so what they cover "
+SHUFFLE_WORDS = {
+    True: "the heads of one model cover more than heads of the same ranks from other seeds, so what they cover "
     "depends on the heads having trained together, beyond each head's distance rank; that is as far as this measure "
     "goes",
-    "below": "the heads of one model overlap more than heads of those ranks trained apart",
+    False: "the heads of one model cover no more than heads of the same ranks from other seeds do by chance. So this "
+    "measure shows that the heads of a model differ (a set of different distances, much the same in every seed); it "
+    "does not show that they coordinate or divide the work",
 }
+
+
+def shuffle_words(shuffle: dict, alpha: float, position: str) -> str:
+    """The rank-shuffle test in a sentence, worded by its p-value against alpha (and, where the
+    models' own heads cover less than every rank-matched union, by that)."""
+    how = (
+        f"exact over all {shuffle['shuffles']:,} shuffles"
+        if shuffle["exact"]
+        else f"{shuffle['shuffles']:,} random shuffles"
+    )
+    return (
+        f"with each rank's heads shuffled among the models they cover {shuffle['null_mean']:.2f} on average against "
+        f"the models' own {shuffle['observed']:.2f} (a permutation test, {how}, one-sided {p_is(shuffle['p'])}): "
+        + (
+            SHUFFLE_WORDS[True]
+            if shuffle["p"] < alpha
+            else "the heads of one model overlap more than heads of those ranks trained apart"
+            if position == "below"
+            else SHUFFLE_WORDS[False]
+        )
+    )
 
 
 def single_null_words(variant: dict, row: dict, spotlight: dict) -> str:
@@ -267,10 +291,12 @@ def overlap_sentence(variant: dict, layer: int, margin: float, name) -> str:
     )
 
 
-def fair_null_sentences(variant: dict, spotlight: dict, substantial: float, margin: float, name) -> list[str]:
+def fair_null_sentences(
+    variant: dict, spotlight: dict, substantial: float, margin: float, alpha: float, name
+) -> list[str]:
     """What the fair null shows for one variant, in words that follow it: more than independent
     single heads (the weaker null), then against heads of the same kind from other models, then
-    against a rank-matched set from other seeds, which alone decides what may be said."""
+    against a rank-matched set from other seeds, whose permutation test alone decides what may be said."""
     multi, seeds = name(variant["variant"]), variant["models"]
     sentences = []
     for layer in sorted({r["layer"] for r in variant["rows"]}):
@@ -284,7 +310,8 @@ def fair_null_sentences(variant: dict, spotlight: dict, substantial: float, marg
             f"{variant['heads']} different models of the variant ({null_range(cross)}): "
             f"{FAIR_POSITION_WORDS[cross['position']]}, above the median in {cross['seeds_above_median']} of {seeds} "
             f"seeds: {cross_model_words(main, seeds)}. Against rank-matched unions ({null_range(ranked)}): "
-            f"{FAIR_POSITION_WORDS[ranked['position']]}: {RANK_MATCHED_WORDS[ranked['position']]}. Over the "
+            f"{FAIR_POSITION_WORDS[ranked['position']]}; "
+            f"{shuffle_words(main['rank_shuffle'], alpha, ranked['position'])}. Over the "
             f"thresholds {rows[0]['threshold']:g} to {rows[-1]['threshold']:g}, across models: "
             f"{sweep_words(rows, 'cross_model')}; rank-matched: {sweep_words(rows, 'rank_matched')}."
         )
@@ -323,6 +350,9 @@ def fair_null_table(variant: dict, name) -> pd.DataFrame:
             "Position": [r["cross_model"]["position"] for r in rows],
             "One head per rank, different models": [null_range(r["rank_matched"]) for r in rows],
             "Position, rank-matched": [r["rank_matched"]["position"] for r in rows],
+            "Rank shuffle: mean, p": [
+                f"{r['rank_shuffle']['null_mean']:.2f}, {p_value(r['rank_shuffle']['p'])}" for r in rows
+            ],
         }
     )
 
@@ -369,12 +399,14 @@ def fair_null_blocks(heads: dict, name) -> list:
             (
                 "text",
                 f"{name(variant['variant'])}{exploratory}: positions covered per query at every threshold, against "
-                "the two fair nulls (the range of their unions, and its median):",
+                "the two fair nulls (the range of their unions, and its median) and the rank shuffle (the mean "
+                "coverage with each rank's heads shuffled among the models, and the one-sided p of the models' own):",
             )
         )
         blocks.append(("table", fair_null_table(variant, name)))
         blocks += [
-            ("text", sentence) for sentence in fair_null_sentences(variant, spotlight, substantial, margin, name)
+            ("text", sentence)
+            for sentence in fair_null_sentences(variant, spotlight, substantial, margin, fair["alpha"], name)
         ]
         blocks.append(("table", overlap_table(variant)))
         if variant["variant"] == fair["predicted"]:
