@@ -196,9 +196,9 @@ def over_seeds(per_model: list[dict], key: str, group_by: tuple[str, ...], measu
 
 @torch.no_grad()
 def captured_windows(models: list, tokens: np.ndarray, batch_size: int) -> Iterator[list[list[torch.Tensor]]]:
-    """The one loop over the test windows that the union measures run: every model reads the same
-    windows; per batch, each model's attention weights per layer at query positions t >= 1,
-    (B, H, T-1, T)."""
+    """The loop over the test windows that the fair null runs, several models at once: every model
+    reads the same windows; per batch, each model's attention weights per layer at query positions
+    t >= 1, (B, H, T-1, T)."""
     context, layers = models[0].config.context, models[0].config.n_layers
     if any((m.config.context, m.config.n_layers) != (context, layers) for m in models):
         raise ValueError("the union measures need models of the same context and number of layers")
