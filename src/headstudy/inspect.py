@@ -58,14 +58,26 @@ def measured_model(job: dict) -> tuple[int, dict, Coverage, list | None]:
     return model.config.n_heads, measured, coverage, maps
 
 
-def measured_models(jobs_to_run: list[dict], workers: int) -> Iterator[tuple[int, tuple]]:
-    """Each job's measures as they finish, with its index: in this process, or in `workers`
+def variant_fair_null(job: dict) -> dict:
+    """One variant's fair null, in a worker process of its own or in this one: its models loaded
+    and read together over the test split."""
+    torch.set_num_threads(job["threads"])
+    members = [
+        {**entry, "model": load_trained(OmegaConf.create(training))[0]}
+        for entry, training in zip(job["members"], job["trainings"], strict=True)
+    ]
+    test = load_tokens(Path(job["prepared"]), "test")
+    return fair_null(members, job["variant"], test, *job["settings"])
+
+
+def in_processes(function, jobs_to_run: list[dict], workers: int) -> Iterator[tuple[int, object]]:
+    """Each job's result as it finishes, with its index: in this process, or in `workers`
     processes (spawned: a forked torch can hang in its thread pool)."""
     if workers == 1:
-        yield from ((index, measured_model(job)) for index, job in enumerate(jobs_to_run))
+        yield from ((index, function(job)) for index, job in enumerate(jobs_to_run))
         return
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(measured_model, job): index for index, job in enumerate(jobs_to_run)}
+        futures = {pool.submit(function, job): index for index, job in enumerate(jobs_to_run)}
         for future in as_completed(futures):
             yield futures[future], future.result()
 
@@ -111,7 +123,7 @@ def inspect(config: DictConfig) -> dict:
     ]
     results: dict[int, tuple] = {}
     started, workers = time.monotonic(), jobs.stage_workers(threads, len(to_run))
-    for done, (index, result) in enumerate(measured_models(to_run, workers), 1):
+    for done, (index, result) in enumerate(in_processes(measured_model, to_run, workers), 1):
         results[index] = result
         name = list(trainings)[index]
         print(
@@ -146,24 +158,33 @@ def inspect(config: DictConfig) -> dict:
     ]
     present = {m["variant"] for m in loaded}
     spotlight = spotlight_null(loaded, str(settings.spotlight.multi), thresholds)
-    for entry, training in zip(loaded, trainings.values(), strict=True):
-        if entry["variant"] in fair_variants:  # the fair null reads their attention again, all at once
-            entry["model"], _ = load_trained(OmegaConf.create(training))
     if str(settings.spotlight.multi) in present:
         print(
             f"inspect: the single-head null, variant {settings.spotlight.multi} against unions of single heads "
             f"({time.monotonic() - started:.0f} s)"
         )
-    fair_nulls = []
-    for variant in fair_variants:
-        fair_nulls.append(
-            fair_null(
-                loaded, variant, test, settings.batch_size, thresholds, fair.max_unions, fair.sample_seed, fair.shuffles
-            )
-        )
-        if variant in present:
+    fair_jobs = [
+        {
+            "variant": variant,
+            "members": [
+                {key: entry[key] for key in ("variant", "heads", "seed", "head_scores")}
+                for entry in loaded
+                if entry["variant"] == variant
+            ],
+            "trainings": [training for training in trainings.values() if str(training["variant"]) == variant],
+            "prepared": str(prepared),
+            "threads": threads,
+            "settings": (settings.batch_size, thresholds, fair.max_unions, fair.sample_seed, fair.shuffles),
+        }
+        for variant in fair_variants
+    ]
+    fair_nulls: list = [None] * len(fair_jobs)
+    workers = jobs.stage_workers(threads, len(fair_jobs))
+    for index, result in in_processes(variant_fair_null, fair_jobs, workers):
+        fair_nulls[index] = result
+        if fair_jobs[index]["members"]:
             print(
-                f"inspect: the fair null, variant {variant}: unions of its own models' heads "
+                f"inspect: the fair null, variant {fair_jobs[index]['variant']}: unions of its own models' heads "
                 f"({time.monotonic() - started:.0f} s)"
             )
     return {
