@@ -42,8 +42,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from headstudy.bookkeeping.progress import StepProgressBar, Throughput
 from headstudy.bookkeeping.provenance import cpu_info
+from headstudy.bookkeeping.training_bar import StepProgressBar, Throughput
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
 from headstudy.settings.training import training_settings

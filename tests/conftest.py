@@ -109,9 +109,10 @@ def reproduced_study(tmp_path_factory) -> tuple[Path, str]:
     """tinyproject.REPRODUCED after its first `dvc repro`, committed, and that repro's output:
     built once per session, not once per test file. Under pytest-xdist the first worker to ask
     builds it in the run's shared folder while the others wait on its lock. Read-only: a test
-    works in `tinyproject.copy_project` of it."""
+    works in `tinyproject.copy_project` of it. Python's hash seed is fixed, as DVC's order of
+    stages, and so the lock file's, depends on it: test_lanes.py compares its lock byte for byte."""
     from filelock import FileLock
-    from tinyproject import REPRODUCED, commit, make_project, run
+    from tinyproject import REPRODUCED, commit, environment, make_project, run
 
     # Shared by the workers of this run only: without xdist, getbasetemp() is this run's own.
     shared = tmp_path_factory.getbasetemp()
@@ -122,7 +123,7 @@ def reproduced_study(tmp_path_factory) -> tuple[Path, str]:
         if not output.is_file():
             shutil.rmtree(project, ignore_errors=True)  # a build that failed in another worker
             make_project(project, REPRODUCED)
-            result = run(project, "dvc", "repro")
+            result = run(project, "dvc", "repro", env={**environment(), "PYTHONHASHSEED": "0"})
             commit(project, "reproduced")
             output.write_text(result.stdout)
     return project, output.read_text()
@@ -133,19 +134,20 @@ def headstudy_environment(tracking_uri: str) -> dict[str, str]:
     return {**os.environ, "HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": tracking_uri}
 
 
-# The longest files, longest first (their summed --durations in a whole-suite run, 2026-12-02), so
+# The longest files, longest first (their summed --durations in a whole-suite run, 2026-12-05), so
 # that the two workers, each given a file at a time, finish close together. test_scaling.py comes
-# first because it builds `reproduced_study`, which test_pipeline.py, after it on the other
-# worker, then finds ready instead of waiting for.
+# first because it builds `reproduced_study`, which the files after it on the other worker
+# (test_lanes.py, test_pipeline.py) then find ready instead of waiting for.
 LONGEST_FIRST = [
     "test_scaling.py",
     "test_guards.py",
-    "test_tracking.py",
+    "test_lanes.py",
     "test_pipeline.py",
-    "test_several_machines.py",
-    "test_slurm.py",
-    "test_ddp.py",
     "test_spotlight.py",
+    "test_ddp.py",
+    "test_slurm.py",
+    "test_several_machines.py",
+    "test_tracking.py",
 ]
 
 

@@ -101,3 +101,43 @@ def test_answers_writes_the_split_of_one_model(tmp_path, monkeypatch):
     assert (written["name"], written["heads"], written["clues"]) == (name, 2, 2)
     assert written["conflict"]["answers"] + written["other"]["answers"] == written["answers"] > 0
     assert 0 <= written["conflict"]["accuracy"] <= 1 and 0 <= written["other"]["accuracy"] <= 1
+
+
+def split(name: str, k: int, conflict: float | None, other: float, recent: float = 0.9, old: float = 0.5) -> dict:
+    return {
+        "name": name,
+        "clues": k,
+        "answers": 2000,
+        "conflict": {"answers": 600, "accuracy": conflict, "recent_digit": recent, "old_digit": old},
+        "other": {"answers": 1400, "accuracy": other},
+    }
+
+
+def test_the_grids_split_is_shown_seed_by_seed_per_k_and_variant_and_only_where_k_has_conflict_answers():
+    from headstudy.analysis.sections.answer_types import answer_type_blocks
+
+    models = [
+        {"name": f"h{v}-k{k}-s{s}", "variant": v, "k": k, "seed": s, "accuracy": 0.5}
+        for v in ("1", "4")
+        for k in (1, 2)
+        for s in (1, 2)
+    ]
+    answers = {
+        "h1-k1-s1": split("h1-k1-s1", 1, None, 0.9),  # k = 1: no conflict answers, no row
+        "h1-k1-s2": split("h1-k1-s2", 1, None, 0.9),
+        "h1-k2-s2": split("h1-k2-s2", 2, 0.40, 0.85),  # seed 2 listed before seed 1 as the files come
+        "h1-k2-s1": split("h1-k2-s1", 2, 0.50, 0.55),
+        "h4-k2-s1": split("h4-k2-s1", 2, 0.99, 0.995),
+        "h4-k2-s2": split("h4-k2-s2", 2, 0.98, 0.99),
+    }
+    blocks, summary = answer_type_blocks(models, answers, ["1", "4"], [1, 2], {"4": "4 heads"})
+    assert [row["variant"] for row in summary] == ["1", "4"] and {row["k"] for row in summary} == {2}
+    one = summary[0]
+    assert one["seeds"] == [1, 2] and one["conflict"] == [0.50, 0.40]
+    assert one["gap_points"] == pytest.approx([5.0, 45.0]) and one["median_gap_points"] == pytest.approx(25.0)
+    table = dict(blocks)["table"]
+    assert list(table["Model"]) == ["1 head", "4 heads"]
+    assert list(table["Conflict >= 10 points lower"]) == ["1 of 2", "0 of 2"]
+    assert table["Conflict answers, %"][0] == "50, 40"
+    assert "(30% of the answers at k = 2)" in dict(blocks)["text"]
+    assert answer_type_blocks(models, {}, ["1", "4"], [1, 2], {}) == ([], [])

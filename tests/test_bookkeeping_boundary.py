@@ -90,7 +90,7 @@ def test_the_check_finds_each_way_of_reading_a_constant(tmp_path):
     }
     allowed = {
         "calls.py": "from headstudy.bookkeeping import guards, tracking\ntracking.log_metrics(1, {})\n",
-        "classes.py": "from headstudy.bookkeeping.progress import Throughput\n",
+        "classes.py": "from headstudy.bookkeeping.training_bar import Throughput\n",
         "own.py": "from headstudy.weights import model\nsize = model.VOCAB\n",
     }
     for name, text in {**cases, **allowed}.items():

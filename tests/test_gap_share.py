@@ -69,3 +69,9 @@ def test_fewer_than_two_uncollapsed_seeds_give_no_share():
 def test_a_bad_share_setting_is_refused_by_key(change, named):
     with pytest.raises(ConfigError, match=named):
         check_share({**SHARE, **change}, ["1", "4", "1-wide"], "params.yaml")
+
+
+def test_a_list_of_shares_is_checked_item_by_item_and_a_bad_one_named_by_its_place():
+    check_share([SHARE, {**SHARE, "closed_by": "4-nomix"}], ["1", "4", "1-wide", "4-nomix"], "params.yaml")
+    with pytest.raises(ConfigError, match=r"report\.share\[1\] in params\.yaml names variant '1-mix'"):
+        check_share([SHARE, {**SHARE, "closed_by": "1-mix"}], ["1", "4", "1-wide"], "params.yaml")

@@ -123,9 +123,31 @@ def test_each_stage_starts_after_those_it_depends_on_and_at_most_n_at_a_time():
         assert all(started.index(above) < started.index(stage) for above in plan.upstream[stage] if above in started)
     assert FakeLane.most == 3
     assert said[-1] == "lanes: all 10 stages done"
-    assert any(line.startswith("lanes: start train@") and "of 10 done; running: " in line for line in said)
+    assert any(line.startswith("lanes: start train@") and "of 10 done" in line and "running: " in line for line in said)
     run_fake(1, {})
     assert FakeLane.most == 1
+
+
+def test_the_time_left_gives_waiting_stages_to_the_first_free_lane_at_the_time_their_kind_took():
+    """fake_plan: four trainings, each evaluated, then the report; two lanes."""
+    plan = fake_plan()
+    took = {"train": [60.0], "evaluate": [10.0]}
+    # train@0 done; train@1 has run 20 of its 60 s; train@2 and 3, the evaluations and the report wait.
+    waiting = ["train@2", "train@3", "evaluate@0", "evaluate@1", "evaluate@2", "evaluate@3", "report"]
+    left, untimed = lanes.time_left(plan, waiting, {"train@1": 100.0}, took, 2, now=120.0)
+    # Lane A: train@1 until 40, train@3 until 100. Lane B: train@2 until 60, then evaluate@0, 1
+    # and 2 until 90, and evaluate@3 from 100, when train@3 ends, until 110; the report, untimed.
+    assert untimed == ["report"]
+    assert left == pytest.approx(110.0)
+    # One lane: everything in a row.
+    assert lanes.time_left(plan, waiting, {"train@1": 100.0}, took, 1, now=120.0)[0] == pytest.approx(40 + 120 + 40)
+    # Nothing timed yet: no estimate, and the line says none.
+    assert lanes.time_left(plan, waiting, {}, {}, 2, now=0.0) == (0.0, ["train", "evaluate", "report"])
+    line = lanes.progress("done", "train@0", 1, 10, ["train@1"], (110.0, ["report"]))
+    assert line == "lanes: done train@0 (1 of 10 done, about 2 min left + report (not timed yet); running: train@1)"
+    assert lanes.progress("start", "prepare", 0, 10, ["prepare"], (0.0, ["prepare"])) == (
+        "lanes: start prepare (0 of 10 done; running: prepare)"
+    )
 
 
 def test_a_failing_stage_starts_nothing_new_lets_the_running_finish_and_is_named_in_one_line():
@@ -149,13 +171,11 @@ def tree_digests(project: Path) -> dict[str, str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def plain_repro(tmp_path_factory) -> Path:
-    """tinyproject.REPRODUCED after a plain sequential `dvc repro`, with Python's hash seed fixed
-    (DVC's order of stages depends on it)."""
-    project = make_project(tmp_path_factory.mktemp("lanes") / "plain", REPRODUCED)
-    run(project, "dvc", "repro", env={**environment(), "PYTHONHASHSEED": "0"})
-    return project
+@pytest.fixture
+def plain_repro(reproduced_study) -> Path:
+    """tinyproject.REPRODUCED after a plain sequential `dvc repro` with Python's hash seed fixed
+    (conftest's, built once per session; read-only)."""
+    return reproduced_study[0]
 
 
 @pytest.mark.slow

@@ -17,7 +17,8 @@ import torch
 from omegaconf import DictConfig
 
 from headstudy.bookkeeping import guards
-from headstudy.bookkeeping.progress import Throughput, quiet_routine_warnings, watchers
+from headstudy.bookkeeping.progress import quiet_routine_warnings
+from headstudy.bookkeeping.training_bar import Throughput, watchers
 from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import check_training_data, load_tokens
 from headstudy.settings.training import diverged, start_training

@@ -20,7 +20,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis.figures import report as report_figures
-from headstudy.analysis.gap_share import gap_share, share_blocks
+from headstudy.analysis.gap_share import gap_share, share_blocks, share_settings
 from headstudy.analysis.rendering.headline import metric_files, write_metric_files
 from headstudy.analysis.rendering.inputs import read_curve, read_json
 from headstudy.analysis.rendering.render import to_html, to_markdown
@@ -236,8 +236,9 @@ def study_report(
         )
     )
     if settings.get("share"):
-        summary["share"] = gap_share(rows, settings["share"])
-        blocks += share_blocks(summary["share"], {r["variant"]: r["label"] for r in rows})
+        summary["share"] = [gap_share(rows, share) for _, share in share_settings(settings["share"])]
+        for result in summary["share"]:
+            blocks += share_blocks(result, {r["variant"]: r["label"] for r in rows})
     if settings.get("budget"):
         budget_blocks, summary["budget"] = budget_section(rows, found, curves, stats, settings, figure_dir)
         blocks += budget_blocks

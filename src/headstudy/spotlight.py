@@ -6,11 +6,12 @@ against 35%; where the heads look, clue by clue; which head reads which clue, wh
 stage has run; and the runs of report.extra beside the grid.
 
 It reads configs/report.yaml (the study's models, report settings and paths) and, per model,
-metrics/NAME.json, metrics/attention/NAME.json and, where it exists, metrics/ablation/NAME.json;
-and each report.extra folder's NAME.json. It writes reports/results.md, results.html (the same
-blocks), summary.json, the figures, and metrics/: the headline numbers, one file each, for `dvc
-metrics show` (analysis/rendering/headline.py). The analysis is analysis/sections/clue_accuracy.py's, with
-analysis/sections/clue_ablation.py's and analysis/sections/extra_runs.py's sections."""
+metrics/NAME.json, metrics/attention/NAME.json and, where they exist, metrics/ablation/NAME.json
+and metrics/answers/NAME.json; and each report.extra folder's NAME.json. It writes
+reports/results.md, results.html (the same blocks), summary.json, the figures, and metrics/: the
+headline numbers, one file each, for `dvc metrics show` (analysis/rendering/headline.py). The
+analysis is analysis/sections/clue_accuracy.py's, with the sections of clue_ablation.py,
+answer_types.py and extra_runs.py."""
 
 from __future__ import annotations
 
@@ -74,6 +75,22 @@ def read_ablations(models: list[dict], metrics_dir: Path) -> dict[str, dict]:
     return found
 
 
+def read_answers(models: list[dict], metrics_dir: Path) -> dict[str, dict]:
+    """The answers stage's metrics/answers/NAME.json of the models it has measured, by name (a
+    study without that stage has none)."""
+    found = {}
+    for model in models:
+        path = metrics_dir / "answers" / f"{model['name']}.json"
+        if path.is_file():
+            split = read_json(path)
+            if split.get("clues") != model["k"] or split.get("name") != model["name"]:
+                raise ConfigError(
+                    f"{path} is not the split of {model['name']} (k = {model['k']}): run `dvc repro` to write it again"
+                )
+            found[model["name"]] = split
+    return found
+
+
 def read_extras(settings: dict) -> list[dict]:
     """report.extra with each folder's score metrics, NAME.json by name, and the answers stage's
     split, answers/NAME.json, for the models that have one; folders are relative to the study's
@@ -106,9 +123,18 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
     threshold = success_threshold(settings)  # refused now, before anything is written
     extras = read_extras(settings)
     ablations = read_ablations(models, metrics_dir)
+    answers = read_answers(models, metrics_dir)
     focus = read_json(metrics_dir / "attention" / f"{models[0]['name']}.json")["focus"]
     blocks, summary = spotlight_report(
-        models, variants, ks, focus, settings, reports_dir / "figures", ablations=ablations, extras=extras
+        models,
+        variants,
+        ks,
+        focus,
+        settings,
+        reports_dir / "figures",
+        ablations=ablations,
+        extras=extras,
+        answers=answers,
     )
     write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_metric_files(reports_dir / "metrics", headline(summary))

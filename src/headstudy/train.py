@@ -17,7 +17,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from headstudy.bookkeeping import guards, provenance, store, tracking
-from headstudy.bookkeeping.progress import Throughput, quiet_routine_warnings, watchers
+from headstudy.bookkeeping.progress import quiet_routine_warnings
+from headstudy.bookkeeping.training_bar import Throughput, watchers
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.common.files import write_atomically
 from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, load_tokens, sha256_file

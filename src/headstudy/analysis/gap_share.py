@@ -1,5 +1,5 @@
-"""The share of one comparison's gap that a third variant closes (report.share): of B's lead over
-A, the part that C reaches. Per seed, d_B = log(ppl_B / ppl_A) and d_C = log(ppl_C / ppl_A) in test
+"""The share of one comparison's gap that a third variant closes (report.share, one or a list): of
+B's lead over A, the part that C reaches. Per seed, d_B = log(ppl_B / ppl_A) and d_C = log(ppl_C / ppl_A) in test
 perplexity per token; the share is mean d_C / mean d_B over the seeds where no model of the three
 collapsed (test perplexity above collapse_above), so that one failed training does not make the
 ratio. A share of 0 means C gains nothing over A, 1 that C gains all of B's lead.
@@ -20,28 +20,40 @@ from headstudy.common.errors import ConfigError
 KEYS = ("gap", "closed_by", "collapse_above", "resamples", "seed")
 
 
+def share_settings(share) -> list[tuple[str, object]]:
+    """report.share, one setting or a list of them, as (the key a message names, the setting)."""
+    if isinstance(share, list):
+        return [(f"report.share[{index}]", item) for index, item in enumerate(share)]
+    return [("report.share", share)]
+
+
 def check_share(share, variants: list[str], where: str) -> None:
-    """report.share: {gap: [A, B], closed_by: C, collapse_above: PPL, resamples: N, seed: S}, each
-    variant in the study; where names the file, for the message."""
+    """report.share: {gap: [A, B], closed_by: C, collapse_above: PPL, resamples: N, seed: S}, or a
+    list of them, each variant in the study; where names the file, for the message."""
+    for key, setting in share_settings(share):
+        check_one_share(key, setting, variants, where)
+
+
+def check_one_share(key: str, share, variants: list[str], where: str) -> None:
     expected = "expected {gap: [A, B], closed_by: C, collapse_above: PERPLEXITY, resamples: N, seed: S}"
     if not isinstance(share, dict) or sorted(share) != sorted(KEYS):
-        raise ConfigError(f"report.share in {where}: {expected}, got {share!r}")
+        raise ConfigError(f"{key} in {where}: {expected}, got {share!r}")
     gap = share["gap"]
     if not isinstance(gap, list) or len(gap) != 2:
-        raise ConfigError(f"report.share.gap in {where}: expected a pair [A, B], got {gap!r}")
+        raise ConfigError(f"{key}.gap in {where}: expected a pair [A, B], got {gap!r}")
     for variant in [*gap, share["closed_by"]]:
         if str(variant) not in variants:
             raise ConfigError(
-                f"report.share in {where} names variant {variant!r}, but study.variants ({', '.join(variants)}) "
+                f"{key} in {where} names variant {variant!r}, but study.variants ({', '.join(variants)}) "
                 "has no such variant"
             )
     limit = share["collapse_above"]
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-        raise ConfigError(f"report.share.collapse_above in {where}: expected a positive perplexity, got {limit!r}")
-    for key in ("resamples", "seed"):
-        value = share[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "resamples" else 0):
-            raise ConfigError(f"report.share.{key} in {where}: expected a whole number, got {value!r}")
+        raise ConfigError(f"{key}.collapse_above in {where}: expected a positive perplexity, got {limit!r}")
+    for name in ("resamples", "seed"):
+        value = share[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "resamples" else 0):
+            raise ConfigError(f"{key}.{name} in {where}: expected a whole number, got {value!r}")
 
 
 def gap_share(rows: list[dict], share: dict) -> dict:

@@ -280,10 +280,54 @@ def put_locks_in_order(root: Path, plan: Plan) -> list[str]:
     return rewritten
 
 
-def progress(event: str, stage: str, done: int, total: int, running: list[str]) -> str:
-    """`lanes: done train@1-0 (3 of 10 done; running: train@1-mix-0)`."""
-    now = f"; running: {', '.join(running)}" if running else ""
-    return f"lanes: {event} {stage} ({done} of {total} done{now})"
+def stage_kind(stage: str) -> str:
+    """`train` of `studies/NAME/dvc.yaml:train@1-0`: the stages of one kind take about as long."""
+    return short_name(stage).split("@", 1)[0]
+
+
+def short_name(stage: str) -> str:
+    """`train@1-0` of `studies/NAME/dvc.yaml:train@1-0`."""
+    return stage.rsplit(":", 1)[-1]
+
+
+def time_left(
+    plan: Plan, waiting: list[str], started: dict[str, float], took: dict[str, list[float]], lanes: int, now: float
+) -> tuple[float, list[str]]:
+    """Seconds until the last stage ends, and the kinds of stage still to run that none has timed
+    yet (counted as taking no time). Each stage is taken to last the mean of the stages of its
+    kind that ran so far (a running one, what is left of that), and the stages waiting are given
+    to the lanes as the lanes give them: in order, each to the first lane free, once the stages
+    above it are done."""
+    mean = {kind: sum(times) / len(times) for kind, times in took.items()}
+    untimed: list[str] = []
+
+    def expected(stage: str) -> float:
+        kind = stage_kind(stage)
+        if kind not in mean and kind not in untimed:
+            untimed.append(kind)
+        return mean.get(kind, 0.0)
+
+    ends = {stage: max(expected(stage) - (now - since), 0.0) for stage, since in started.items()}
+    free = sorted(ends.values()) + [0.0] * max(lanes - len(ends), 0)
+    for stage in waiting:
+        ready = max((ends.get(above, 0.0) for above in plan.upstream.get(stage, [])), default=0.0)
+        lane = min(range(len(free)), key=free.__getitem__)
+        ends[stage] = free[lane] = max(free[lane], ready) + expected(stage)
+    return max(ends.values(), default=0.0), untimed
+
+
+def progress(event: str, stage: str, done: int, total: int, running: list[str], left: tuple[float, list[str]]) -> str:
+    """`lanes: done train@1-0 (3 of 10 done, about 41 min left; running: train@1-mix-0)`, the time
+    left from the stages timed so far (`left`, from time_left)."""
+    from headstudy.bookkeeping.progress import duration
+
+    seconds, untimed = left
+    if not seconds:
+        estimate = ""  # nothing still to run has been timed: no estimate yet
+    else:
+        estimate = f", {duration(seconds)} left" + (f" + {', '.join(untimed)} (not timed yet)" if untimed else "")
+    now = f"; running: {', '.join(short_name(other) for other in running)}" if running else ""
+    return f"lanes: {event} {stage} ({done} of {total} done{estimate}{now})"
 
 
 def run(
@@ -312,6 +356,8 @@ def run(
     done = {stage for stage in plan.order if stage not in stale}
     total, ran = len(waiting), 0
     running: dict[str, Lane] = {}
+    started: dict[str, float] = {}
+    took: dict[str, list[float]] = {}
     failed: Lane | None = None
     stopped: list[int] = []
 
@@ -342,7 +388,9 @@ def run(
                     if all(above in done for above in plan.upstream.get(stage, [])):
                         waiting.remove(stage)
                         running[stage] = start(stage, root, say, finished)
-                        say(progress("start", stage, ran, total, list(running)))
+                        started[stage] = time.monotonic()
+                        left = time_left(plan, waiting, started, took, lanes, time.monotonic())
+                        say(progress("start", stage, ran, total, list(running), left))
             if not running:
                 break
             try:
@@ -351,10 +399,13 @@ def run(
                 continue
             lane.wait_for_commands()
             del running[lane.stage]
+            seconds = time.monotonic() - started.pop(lane.stage)
             if code == 0:
                 done.add(lane.stage)
                 ran += 1
-                say(progress("done", lane.stage, ran, total, list(running)))
+                took.setdefault(stage_kind(lane.stage), []).append(seconds)
+                left = time_left(plan, waiting, started, took, lanes, time.monotonic())
+                say(progress("done", lane.stage, ran, total, list(running), left))
             elif not stopped and failed is None:
                 failed = lane
                 say(f"lanes: {lane.stage} failed (exit {code}); starting no more stages, letting {len(running)} finish")

@@ -10,51 +10,19 @@ import os
 import shutil
 import sys
 import textwrap
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import yaml
-from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from headstudy.bookkeeping.lanes import LANES_VARIABLE
-from headstudy.bookkeeping.ranks import ResumeStepsAgree
 from headstudy.common.errors import ConfigError
 from headstudy.formats.runconfig import read_config
-from headstudy.formats.trained import MODEL_FILE, check_saved_config, model_dir
 
 # The widest a stage's closing table or sentence is printed, whatever the terminal: wider lines
 # wrap in a 120-column terminal and in most log viewers.
 MAX_COLUMNS = 120
-
-
-class Throughput(L.Callback):
-    """Training tokens per second, validation time left out."""
-
-    def __init__(self, tokens_per_step: int):
-        self.tokens_per_step = tokens_per_step
-        self.tokens_per_sec = float("nan")
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        self.first_step, self.started, self.paused = trainer.global_step, time.perf_counter(), 0.0
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        self.validation_started = time.perf_counter()
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        self.paused += time.perf_counter() - self.validation_started
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self.tokens_per_sec = self.rate(trainer)
-
-    def rate(self, trainer) -> float:
-        """Tokens per second from the start of training to now, validation left out."""
-        elapsed = time.perf_counter() - self.started - self.paused
-        steps = trainer.global_step - self.first_step
-        return steps * self.tokens_per_step / elapsed if elapsed > 0 else float("nan")
 
 
 @dataclass
@@ -87,6 +55,9 @@ def config_argument(argv: list[str]) -> Path | None:
 
 def is_trained(config_file: Path) -> bool:
     """The model of a training config is in its folder, trained with that config."""
+    # Imported here: it imports torch, which the stages that only print tables do not need.
+    from headstudy.formats.trained import MODEL_FILE, check_saved_config, model_dir
+
     try:
         config = read_config(config_file)
         directory = model_dir(config)
@@ -167,123 +138,6 @@ def lane_count() -> int:
         return max(1, int(os.environ.get(LANES_VARIABLE, "1")))
     except ValueError:
         return 1
-
-
-class StepProgressBar(TQDMProgressBar):
-    """One bar for the whole run: the global step out of trainer.max_steps (a resumed run starts
-    where it stopped), the latest loss and validation perplexity, and tokens/s. Lightning's
-    default counts epochs, which here are only validation intervals. On a terminal a second bar
-    shows each validation as it runs; elsewhere each validation is one line when it ends."""
-
-    def __init__(self, throughput: Throughput, refresh_rate: int = 10, position: StudyPosition | None = None):
-        super().__init__(refresh_rate=refresh_rate)
-        self.throughput = throughput
-        self.validation_started = 0.0
-        self.position = position
-        self.lanes = lane_count()  # read once, not at every redraw of the bar
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if self.position is not None and trainer.is_global_zero:
-            print(self.position.header(), flush=True)  # before the bar, on a line of its own
-        super().on_train_start(trainer, pl_module)
-
-    def study_time_left(self, trainer) -> float:
-        """Seconds until the study's last model is trained, at this training's speed so far: the
-        rest of this one, and every model not yet trained shared among the lanes."""
-        if self.position is None:
-            return float("nan")
-        steps = trainer.max_steps - trainer.global_step + self.position.steps_after / self.lanes
-        rate = self.throughput.rate(trainer)
-        if not rate > 0:  # no step timed yet, as right after a resume
-            return float("nan")
-        return steps * self.throughput.tokens_per_step / rate
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        super().on_train_end(trainer, pl_module)
-        if not trainer.is_global_zero:
-            return
-        hint = mlflow_ui_hint()
-        if hint and trainer.logger is not None:
-            print(hint, flush=True)
-        if self.position is None:
-            return
-        left = self.position.total - self.position.trained - 1
-        rate = self.throughput.rate(trainer)
-        if left and math.isfinite(rate):
-            lanes = "one at a time" if self.lanes == 1 else f"in {self.lanes} lanes"
-            print(
-                f"train: study: {left} of {self.position.total} trainings left, "
-                f"{duration(self.study_time_left(trainer))} {lanes} at this training's {rate:,.0f} tokens/s",
-                flush=True,
-            )
-
-    def init_train_tqdm(self) -> Tqdm:
-        return Tqdm(
-            desc="Training",
-            unit="step",
-            total=self.trainer.max_steps,
-            initial=self.trainer.global_step,
-            position=2 * self.process_position,
-            disable=self.is_disabled,
-            leave=True,
-            dynamic_ncols=True,
-            file=sys.stdout,
-            smoothing=0,
-            bar_format=self.BAR_FORMAT,
-        )
-
-    def on_train_epoch_start(self, trainer, *_) -> None:
-        pass  # one bar for the run: nothing restarts at an epoch
-
-    def init_validation_tqdm(self) -> Tqdm:
-        if on_terminal():
-            return super().init_validation_tqdm()
-        # Off a terminal a bar's every redraw, and its cursor moves, would stay in the output.
-        return Tqdm(disable=True)
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        super().on_validation_start(trainer, pl_module)
-        self.validation_started = time.perf_counter()
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        super().on_validation_end(trainer, pl_module)
-        if on_terminal() or trainer.sanity_checking or self.is_disabled or trainer.state.fn != "fit":
-            return
-        # Numbers as the bars show them.
-        results = ", ".join(
-            f"{key}={Tqdm.format_num(value) if isinstance(value, (int, float)) else value}"
-            for key, value in trainer.progress_bar_metrics.items()
-            if key.startswith("val")
-        )
-        took = time.perf_counter() - self.validation_started
-        left = self.study_time_left(trainer)
-        study = f"; study left: {duration(left)}" if math.isfinite(left) else ""
-        # On a line of its own: the training bar's redraws so far share one line, unended.
-        step = f"{trainer.global_step}/{trainer.max_steps}"
-        sys.stdout.write(f"\nValidation at step {step}: {results or 'done'} ({took:.1f} s){study}\n")
-        sys.stdout.flush()
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
-        super().on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
-        self.val_progress_bar.set_description("Validation", refresh=False)  # not "Validation DataLoader 0"
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if self._should_update(step, trainer.max_steps) and not self.train_progress_bar.disable:
-            self.train_progress_bar.n = step
-            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes
-
-    def get_metrics(self, trainer, pl_module) -> dict:
-        metrics = dict(trainer.progress_bar_metrics)
-        if pl_module.latest_loss is not None and trainer.training:  # this process's slice of the batch
-            metrics["train/loss"] = f"{pl_module.latest_loss.item():.3f}"
-        tokens_per_sec = self.throughput.rate(trainer)
-        if math.isfinite(tokens_per_sec):
-            metrics["tokens/s"] = f"{tokens_per_sec:,.0f}"
-        left = self.study_time_left(trainer)
-        if math.isfinite(left):
-            metrics["study left"] = duration(left).removeprefix("about ")
-        return metrics
 
 
 class DropMessages(logging.Filter):
@@ -367,9 +221,3 @@ def print_table(frame) -> None:
 def print_wrapped(text: str) -> None:
     """A sentence wrapped at terminal_width()."""
     closing_console().print(text)
-
-
-def watchers(throughput: Throughput) -> list[L.Callback]:
-    """The callbacks that watch a training without changing it: its speed, its progress, and
-    that all its processes start from the same step."""
-    return [throughput, StepProgressBar(throughput, position=study_position()), ResumeStepsAgree()]

@@ -24,16 +24,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mlflow
 import numpy as np
-import torch
 import yaml
 from mlflow.entities import Dataset as DatasetEntity
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    import torch
 
 from headstudy.bookkeeping.dashboard import dashboard_metrics, save_results_view, significant
 from headstudy.bookkeeping.provenance import (
@@ -217,6 +220,7 @@ def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, voca
     """The trained model as an MLflow model, saved by torch.export (weights and graph, no headstudy
     code needed to load it): `mlflow.pytorch.load_model(uri)` gives a module that maps token ids
     (batch, length <= context) to next-token logits (batch, length, vocab). Returns its URI."""
+    import torch  # here, not at the top: the stages that log no model need not import it
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
 

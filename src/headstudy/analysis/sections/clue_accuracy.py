@@ -19,7 +19,7 @@ import pandas as pd
 from headstudy.analysis.figures import clues as clue_figures
 from headstudy.analysis.rendering.headline import estimate
 from headstudy.analysis.rendering.wording import label, mid_sentence
-from headstudy.analysis.sections import clue_ablation, extra_runs
+from headstudy.analysis.sections import answer_types, clue_ablation, extra_runs
 from headstudy.analysis.statistics import mean_ci95
 from headstudy.common.errors import ConfigError
 
@@ -477,12 +477,14 @@ def spotlight_report(
     figure_dir: Path,
     ablations: dict[str, dict] | None = None,
     extras: list[dict] | None = None,
+    answers: dict[str, dict] | None = None,
 ) -> tuple[list, dict]:
     """The report's blocks and its summary, from every model's metrics and clue attention
     (models: name, variant, seed, k, the metrics, attention: the layers of its attention file);
     ablations: the ablate stage's metrics/ablation/NAME.json by model name, for the models that
     have one; extras: report.extra's runs beside the grid, each {title, note, metrics, runs: {NAME:
-    score metrics}} (analysis/sections/extra_runs.py)."""
+    score metrics}} (analysis/sections/extra_runs.py); answers: the answers stage's split by model
+    name, for the models that have one (analysis/sections/answer_types.py)."""
     labels = {str(key): value for key, value in settings.get("labels", {}).items()}
     threshold = success_threshold(settings)
     rows = accuracy_rows(models, variants, ks, labels, threshold)
@@ -514,6 +516,9 @@ def spotlight_report(
             for c in summary["comparisons"]
         ]
         blocks.insert(1, ("headline", lines))
+    if answers:
+        split, summary["answer_types"] = answer_types.answer_type_blocks(models, answers, variants, ks, labels)
+        blocks += split
     if extras:
         extra, summary["extra"] = extra_runs.extra_blocks(extras, threshold)
         blocks += extra
