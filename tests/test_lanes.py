@@ -123,7 +123,10 @@ def test_each_stage_starts_after_those_it_depends_on_and_at_most_n_at_a_time():
         assert all(started.index(above) < started.index(stage) for above in plan.upstream[stage] if above in started)
     assert FakeLane.most == 3
     assert said[-1] == "lanes: all 10 stages done"
-    assert any(line.startswith("lanes: start train@") and "of 10 done" in line and "running: " in line for line in said)
+    # One line per change: what ended, what started, how far, and what runs.
+    assert said[1].startswith("lanes: start prepare (0 of 10 done; running: prepare)"), said
+    assert said[2].startswith("lanes: done prepare, start train@0, train@1, train@2 (1 of 10 done"), said
+    assert any(line.startswith("lanes: done train@") and "of 10 done" in line and "running: " in line for line in said)
     run_fake(1, {})
     assert FakeLane.most == 1
 
@@ -143,11 +146,34 @@ def test_the_time_left_gives_waiting_stages_to_the_first_free_lane_at_the_time_t
     assert lanes.time_left(plan, waiting, {"train@1": 100.0}, took, 1, now=120.0)[0] == pytest.approx(40 + 120 + 40)
     # Nothing timed yet: no estimate, and the line says none.
     assert lanes.time_left(plan, waiting, {}, {}, 2, now=0.0) == (0.0, ["train", "evaluate", "report"])
-    line = lanes.progress("done", "train@0", 1, 10, ["train@1"], (110.0, ["report"]))
-    assert line == "lanes: done train@0 (1 of 10 done, about 2 min left + report (not timed yet); running: train@1)"
-    assert lanes.progress("start", "prepare", 0, 10, ["prepare"], (0.0, ["prepare"])) == (
+    line = lanes.progress(
+        "s/dvc.yaml:train@0", ["s/dvc.yaml:train@2"], 1, 10, ["s/dvc.yaml:train@1"], (110.0, ["report"])
+    )
+    assert line == (
+        "lanes: done train@0, start train@2 (1 of 10 done, about 2 min left + report (not timed yet); running: train@1)"
+    )
+    assert lanes.progress(None, ["prepare"], 0, 10, ["prepare"], (0.0, ["prepare"])) == (
         "lanes: start prepare (0 of 10 done; running: prepare)"
     )
+
+
+def test_the_lanes_echo_a_stages_own_lines_but_not_dvcs_routine_ones_or_a_bars_redraws():
+    for line in (
+        "Running stage 'train@1-0':",
+        "> headstudy train --config configs/train/h1-s0.yaml",
+        "Updating lock file 'dvc.lock'",
+        "Use `dvc push` to send your updates to remote storage.",
+        "Stage 'prepare' didn't change, skipping",
+        "Training:  20%|██        | 300/1500 [00:43<02:52,  6.97step/s, val/ppl=49.50]",
+    ):
+        assert lanes.routine(line), line
+    for line in (
+        "Validation at step 300/1500: val/ppl=49.50 (1.5 s); study left: about 5 min",
+        "train: h4-s3: 29,333 tokens/s, weights be397e293181, model in models/h4-s3",
+        "headstudy train: error: trainer.max_steps must be positive",
+        "ERROR: failed to reproduce 'train@1-0'",
+    ):
+        assert not lanes.routine(line), line
 
 
 def test_a_failing_stage_starts_nothing_new_lets_the_running_finish_and_is_named_in_one_line():
@@ -277,7 +303,7 @@ def test_a_refused_stage_stops_the_lanes_in_one_line_and_a_rerun_continues(tmp_p
     assert line.startswith("headstudy lanes: error: stage configure failed: headstudy configure: error: "), line
     assert "trainer.max_steps" in line and "(1 of 10 stages done and recorded;" in line
     assert list(yaml.safe_load((project / "dvc.lock").read_text())["stages"]) == ["fingerprint"]
-    assert "lanes: start prepare" not in result.stdout
+    assert "start prepare" not in result.stdout
     # Fixed, the same command continues: fingerprint is not run again.
     edit_params(project, "trainer", max_steps=200)
     result = run(project, "headstudy", "lanes", "-j", "2", "configure")

@@ -149,6 +149,22 @@ def descendants(pid: int) -> list:
         return []
 
 
+# What every stage prints and the lanes' own line already says: DVC's lines around a stage's
+# command, and a training bar's redraw (its validation line that follows has the same numbers).
+ROUTINE_PREFIXES = (
+    "Running stage ",
+    "> ",
+    "Updating lock file ",
+    "Generating lock file ",
+    "Use `dvc push` to send your updates",
+    "Training: ",
+)
+
+
+def routine(line: str) -> bool:
+    return line.startswith(ROUTINE_PREFIXES) or (line.startswith("Stage '") and "didn't change, skipping" in line)
+
+
 class Lane:
     """One `dvc repro --single-item STAGE` in a session of its own: a Ctrl-C at the terminal reaches
     the lanes, which pass it on to the stage's command only, never to DVC while it writes."""
@@ -175,8 +191,9 @@ class Lane:
             text = raw.decode(errors="replace").rstrip("\n")
             line = next((part for part in reversed(text.split("\r")) if part.strip()), "")
             if line:
-                self.tail = [*self.tail[-KEPT_LINES + 1 :], line]
-                self.say(f"[{self.stage}] {line}")
+                self.tail = [*self.tail[-KEPT_LINES + 1 :], line]  # all of it, for the error message
+                if not routine(line):
+                    self.say(f"[{self.stage}] {line}")
         self.process.stdout.close()
         self.finished.put((self, self.process.wait()))
 
@@ -316,9 +333,10 @@ def time_left(
     return max(ends.values(), default=0.0), untimed
 
 
-def progress(event: str, stage: str, done: int, total: int, running: list[str], left: tuple[float, list[str]]) -> str:
-    """`lanes: done train@1-0 (3 of 10 done, about 41 min left; running: train@1-mix-0)`, the time
-    left from the stages timed so far (`left`, from time_left)."""
+def progress(finished: str | None, started: list[str], done: int, total: int, running: list[str], left) -> str:
+    """One line per change of the lanes: `lanes: done train@1-0, start train@4-0 (3 of 10 done,
+    about 41 min left; running: train@1-mix-0, train@4-0)`, the time left from the stages timed so
+    far (`left`, from time_left)."""
     from headstudy.bookkeeping.progress import duration
 
     seconds, untimed = left
@@ -326,8 +344,11 @@ def progress(event: str, stage: str, done: int, total: int, running: list[str], 
         estimate = ""  # nothing still to run has been timed: no estimate yet
     else:
         estimate = f", {duration(seconds)} left" + (f" + {', '.join(untimed)} (not timed yet)" if untimed else "")
+    events = ([f"done {short_name(finished)}"] if finished else []) + (
+        [f"start {', '.join(map(short_name, started))}"] if started else []
+    )
     now = f"; running: {', '.join(short_name(other) for other in running)}" if running else ""
-    return f"lanes: {event} {stage} ({done} of {total} done{estimate}{now})"
+    return f"lanes: {', '.join(events)} ({done} of {total} done{estimate}{now})"
 
 
 def run(
@@ -379,8 +400,10 @@ def run(
             lane.interrupt(number)
 
     previous = {number: signal.signal(number, on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
+    just_done: str | None = None
     try:
         while waiting or running:
+            now_started = []
             if not failed and not stopped:
                 for stage in list(waiting):
                     if len(running) >= lanes:
@@ -389,8 +412,11 @@ def run(
                         waiting.remove(stage)
                         running[stage] = start(stage, root, say, finished)
                         started[stage] = time.monotonic()
-                        left = time_left(plan, waiting, started, took, lanes, time.monotonic())
-                        say(progress("start", stage, ran, total, list(running), left))
+                        now_started.append(stage)
+            if just_done or now_started:
+                left = time_left(plan, waiting, started, took, lanes, time.monotonic())
+                say(progress(just_done, now_started, ran, total, list(running), left))
+                just_done = None
             if not running:
                 break
             try:
@@ -404,8 +430,7 @@ def run(
                 done.add(lane.stage)
                 ran += 1
                 took.setdefault(stage_kind(lane.stage), []).append(seconds)
-                left = time_left(plan, waiting, started, took, lanes, time.monotonic())
-                say(progress("done", lane.stage, ran, total, list(running), left))
+                just_done = lane.stage
             elif not stopped and failed is None:
                 failed = lane
                 say(f"lanes: {lane.stage} failed (exit {code}); starting no more stages, letting {len(running)} finish")
