@@ -193,7 +193,7 @@ class Lane:
             if line:
                 self.tail = [*self.tail[-KEPT_LINES + 1 :], line]  # all of it, for the error message
                 if not routine(line):
-                    self.say(f"[{self.stage}] {line}")
+                    self.say(f"[{short_name(self.stage)}] {line}")
         self.process.stdout.close()
         self.finished.put((self, self.process.wait()))
 
