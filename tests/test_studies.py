@@ -59,7 +59,8 @@ def test_the_stabilised_study_trains_each_variant_at_the_rate_its_tuning_selecte
     tuning = ROOT / "studies" / "stabilised-tuning"
     params = yaml.safe_load((ROOT / "studies" / "stabilised" / "params.yaml").read_text())
     assert params["study"]["rates"] == "stabilised-tuning"
-    assert [str(v) for v in params["study"]["variants"]] == list(selected_rates()["stabilised-tuning"])
+    # Every variant it trains was tuned there (the tuning may hold cells whose seeds have not run yet).
+    assert {str(v) for v in params["study"]["variants"]} <= set(selected_rates()["stabilised-tuning"])
     assert params["optimizer"] == yaml.safe_load((tuning / "params.yaml").read_text())["optimizer"]
     assert 0 not in params["study"]["seeds"]  # seed 0 chose the rates
 
