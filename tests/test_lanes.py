@@ -176,6 +176,19 @@ def test_the_lanes_echo_a_stages_own_lines_but_not_dvcs_routine_ones_or_a_bars_r
         assert not lanes.routine(line), line
 
 
+def test_stages_that_dvc_found_up_to_date_give_no_estimate_of_the_time_left(monkeypatch):
+    """Every stage takes a minute of the lanes' clock, but DVC ran none of their commands: a
+    skipped stage's few seconds would make any estimate too short, so none is given."""
+    clock = iter(range(0, 10**6, 60))
+    monkeypatch.setattr(lanes.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(FakeLane, "ran_command", False, raising=False)
+    _, said = run_fake(2, {})
+    assert not any(" left" in line for line in said), said
+    monkeypatch.setattr(FakeLane, "ran_command", True)
+    _, said = run_fake(2, {})
+    assert any(" left" in line for line in said), said
+
+
 def test_a_failing_stage_starts_nothing_new_lets_the_running_finish_and_is_named_in_one_line():
     with pytest.raises(ConfigError) as raised:
         run_fake(2, {"train@0": 1})

@@ -173,6 +173,7 @@ class Lane:
         self.stage, self.say, self.finished = stage, say, finished
         self.tail: list[str] = []
         self.signalled: list = []
+        self.ran_command = False  # DVC ran the stage's command, rather than finding it up to date
         self.process = subprocess.Popen(
             stage_command(stage),
             cwd=root,
@@ -192,6 +193,7 @@ class Lane:
             line = next((part for part in reversed(text.split("\r")) if part.strip()), "")
             if line:
                 self.tail = [*self.tail[-KEPT_LINES + 1 :], line]  # all of it, for the error message
+                self.ran_command |= line.startswith("Running stage ")
                 if not routine(line):
                     self.say(f"[{short_name(self.stage)}] {line}")
         self.process.stdout.close()
@@ -429,7 +431,8 @@ def run(
             if code == 0:
                 done.add(lane.stage)
                 ran += 1
-                took.setdefault(stage_kind(lane.stage), []).append(seconds)
+                if getattr(lane, "ran_command", True):  # a stage DVC found up to date says nothing of the time
+                    took.setdefault(stage_kind(lane.stage), []).append(seconds)
                 just_done = lane.stage
             elif not stopped and failed is None:
                 failed = lane
