@@ -1,6 +1,7 @@
-"""What a training shows while it runs: its speed, one progress bar, which of the study's
-trainings it is and how long the study has left, and no routine noise; and the tables a stage
-prints at its end, at most 120 columns wide. Nothing here changes what is trained."""
+"""What the terminal shows: which of the study's trainings one is and how long the study has
+left, no routine noise, and the tables a stage prints at its end, at most 120 columns wide. The
+training's own callbacks (speed, progress bar) are in training_bar.py, so that this imports no
+Lightning. Nothing here changes what is trained."""
 
 from __future__ import annotations
 
