@@ -35,9 +35,6 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig
 
-if TYPE_CHECKING:
-    import torch
-
 from headstudy.bookkeeping.dashboard import dashboard_metrics, save_results_view, significant
 from headstudy.bookkeeping.provenance import (
     PARAMS_FILE,
@@ -62,6 +59,9 @@ from headstudy.bookkeeping.store import (
     ui_command,
     ui_url,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # Tags of a study's parent run: which execution of which study it is, and whether its report
 # is still to come.
