@@ -133,8 +133,8 @@ def test_the_grids_split_is_shown_seed_by_seed_per_k_and_variant_and_only_where_
     blocks, summary = answer_type_blocks(models, answers, ["1", "4"], [1, 2], {"4": "4 heads"})
     assert [row["variant"] for row in summary] == ["1", "4"] and {row["k"] for row in summary} == {2}
     one = summary[0]
-    assert one["seeds"] == [1, 2] and one["conflict"] == [0.50, 0.40]
-    assert one["gap_points"] == pytest.approx([5.0, 45.0]) and one["median_gap_points"] == pytest.approx(25.0)
+    assert one["seeds"] == [1, 2] and one["conflict_answers"] == [0.50, 0.40]
+    assert one["points_lower"] == pytest.approx([5.0, 45.0]) and one["median_points_lower"] == pytest.approx(25.0)
     table = dict(blocks)["table"]
     assert list(table["Model"]) == ["1 head", "4 heads"]
     assert list(table["Conflict >= 10 points lower"]) == ["1 of 2", "0 of 2"]

@@ -58,37 +58,39 @@ def read_models(models: list[dict], metrics_dir: Path) -> list[dict]:
     return rows
 
 
-def read_ablations(models: list[dict], metrics_dir: Path) -> dict[str, dict]:
-    """The ablate stage's metrics/ablation/NAME.json of the models it has measured, by name (a study
-    without that stage has none)."""
+def read_per_model(models: list[dict], folder: Path, what: str, belongs) -> dict[str, dict]:
+    """A per-model stage's folder/NAME.json of the models it has measured, by name (a study without
+    that stage has none); each checked by belongs(file, model), else refused as not `what` of it."""
     found = {}
     for model in models:
-        path = metrics_dir / "ablation" / f"{model['name']}.json"
+        path = folder / f"{model['name']}.json"
         if path.is_file():
-            ablation = read_json(path)
-            if ablation.get("clues") != model["k"] or len(ablation.get("ablated", [])) != model["heads"]:
+            measured = read_json(path)
+            if not belongs(measured, model):
                 raise ConfigError(
-                    f"{path} is not the ablation of {model['name']} ({model['heads']} heads, k = {model['k']}): "
-                    "run `dvc repro` to write it again"
+                    f"{path} is not the {what} of {model['name']} ({model['heads']} heads, "
+                    f"k = {model['k']}): run `dvc repro` to write it again"
                 )
-            found[model["name"]] = ablation
+            found[model["name"]] = measured
     return found
+
+
+def read_ablations(models: list[dict], metrics_dir: Path) -> dict[str, dict]:
+    """metrics/ablation/NAME.json: one ablation per head, of the model's number of clues."""
+
+    def belongs(ablation: dict, model: dict) -> bool:
+        return ablation.get("clues") == model["k"] and len(ablation.get("ablated", [])) == model["heads"]
+
+    return read_per_model(models, metrics_dir / "ablation", "ablation", belongs)
 
 
 def read_answers(models: list[dict], metrics_dir: Path) -> dict[str, dict]:
-    """The answers stage's metrics/answers/NAME.json of the models it has measured, by name (a
-    study without that stage has none)."""
-    found = {}
-    for model in models:
-        path = metrics_dir / "answers" / f"{model['name']}.json"
-        if path.is_file():
-            split = read_json(path)
-            if split.get("clues") != model["k"] or split.get("name") != model["name"]:
-                raise ConfigError(
-                    f"{path} is not the split of {model['name']} (k = {model['k']}): run `dvc repro` to write it again"
-                )
-            found[model["name"]] = split
-    return found
+    """metrics/answers/NAME.json: the split by answer type, of the model by name and clues."""
+
+    def belongs(split: dict, model: dict) -> bool:
+        return split.get("clues") == model["k"] and split.get("name") == model["name"]
+
+    return read_per_model(models, metrics_dir / "answers", "split by answer type", belongs)
 
 
 def read_extras(settings: dict) -> list[dict]:

@@ -431,7 +431,7 @@ def run(
             if code == 0:
                 done.add(lane.stage)
                 ran += 1
-                if getattr(lane, "ran_command", True):  # a stage DVC found up to date says nothing of the time
+                if lane.ran_command:  # a stage DVC found up to date says nothing of the time
                     took.setdefault(stage_kind(lane.stage), []).append(seconds)
                 just_done = lane.stage
             elif not stopped and failed is None:

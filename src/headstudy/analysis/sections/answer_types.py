@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from headstudy.analysis.rendering.wording import label
+from headstudy.analysis.sections.extra_runs import SPLIT_COLUMNS, answer_split
 
 # A gap in points between conflict and other answers that a reader counts as one type lost more.
 NOTABLE_POINTS = 10
@@ -25,11 +26,10 @@ def answer_type_rows(models: list[dict], answers: dict[str, dict], variants: lis
                 (m for m in models if m["variant"] == variant and m["k"] == k and m["name"] in answers),
                 key=lambda m: m["seed"],
             )
-            splits = [answers[m["name"]] for m in group]
-            if not splits or any(split["conflict"]["accuracy"] is None for split in splits):
+            splits = [answer_split(answers[m["name"]]) for m in group]
+            if not splits or any(split["conflict_answers"] is None for split in splits):
                 continue
-            conflict = [split["conflict"]["accuracy"] for split in splits]
-            other = [split["other"]["accuracy"] for split in splits]
+            first = answers[group[0]["name"]]
             rows.append(
                 {
                     "k": k,
@@ -37,15 +37,18 @@ def answer_type_rows(models: list[dict], answers: dict[str, dict], variants: lis
                     "label": label(variant, labels),
                     "seeds": [m["seed"] for m in group],
                     "accuracy": [m["accuracy"] for m in group],
-                    "conflict": conflict,
-                    "other": other,
-                    "gap_points": [100 * (o - c) for o, c in zip(other, conflict, strict=True)],
-                    "recent_digit": [split["conflict"]["recent_digit"] for split in splits],
-                    "old_digit": [split["conflict"]["old_digit"] for split in splits],
-                    "conflict_share": splits[0]["conflict"]["answers"] / splits[0]["answers"],
+                    **{column: [split[column] for split in splits] for column in SPLIT_COLUMNS},
+                    "conflict_share": first["conflict"]["answers"] / first["answers"],
                 }
             )
     return rows
+
+
+def points_lower(row: dict) -> list[float]:
+    """Per seed, how many points the conflict answers are below the others."""
+    return [
+        100 * (other - conflict) for other, conflict in zip(row["other_answers"], row["conflict_answers"], strict=True)
+    ]
 
 
 def answer_type_table(rows: list[dict]) -> pd.DataFrame:
@@ -57,10 +60,10 @@ def answer_type_table(rows: list[dict]) -> pd.DataFrame:
             "k": [str(r["k"]) for r in rows],
             "Model": [r["label"] for r in rows],
             "Accuracy per seed, %": [listed(r["accuracy"]) for r in rows],
-            "Conflict answers, %": [listed(r["conflict"]) for r in rows],
-            "Other answers, %": [listed(r["other"]) for r in rows],
+            "Conflict answers, %": [listed(r["conflict_answers"]) for r in rows],
+            "Other answers, %": [listed(r["other_answers"]) for r in rows],
             f"Conflict >= {NOTABLE_POINTS} points lower": [
-                f"{sum(gap >= NOTABLE_POINTS for gap in r['gap_points'])} of {len(r['seeds'])}" for r in rows
+                f"{sum(gap >= NOTABLE_POINTS for gap in points_lower(r))} of {len(r['seeds'])}" for r in rows
             ],
             "Recent digit, %": [listed(r["recent_digit"]) for r in rows],
             "Old digit, %": [listed(r["old_digit"]) for r in rows],
@@ -86,7 +89,14 @@ def answer_type_blocks(models: list[dict], answers: dict[str, dict], variants, k
         "them the old clue's digit; one that is merely undertrained loses answers of both types. The count "
         f"column: seeds whose conflict answers are at least {NOTABLE_POINTS} points below the others."
     )
-    summary = [{key: value for key, value in row.items() if key != "label"} for row in rows]
-    return [("heading", "Which answers the grid gets wrong"), ("text", note), ("table", answer_type_table(rows))], [
-        {**row, "median_gap_points": float(np.median(row["gap_points"]))} for row in summary
+    summary = [
+        {**{key: value for key, value in row.items() if key != "label"}, "points_lower": points_lower(row)}
+        for row in rows
     ]
+    for row in summary:
+        row["median_points_lower"] = float(np.median(row["points_lower"]))
+    return [
+        ("heading", "Which answers the grid gets wrong"),
+        ("text", note),
+        ("table", answer_type_table(rows)),
+    ], summary
