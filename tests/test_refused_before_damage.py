@@ -123,6 +123,14 @@ def test_configure_refuses_a_compare_pair_naming_a_variant_outside_the_study(stu
     assert files_in(Path.cwd()) == before
 
 
+def test_configure_names_a_variant_that_cannot_be_built_before_the_pairs_that_name_it(study, capsys):
+    params = with_study(variants=[1, 3])
+    before = study(params)
+    line = refused(capsys, "configure")
+    assert "n_heads" in line and "3" in line and "report.compare" not in line, line
+    assert files_in(Path.cwd()) == before
+
+
 SPOTLIGHT = yaml.safe_load((ROOT / "studies/spotlight/params.yaml").read_text())
 
 

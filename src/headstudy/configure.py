@@ -397,10 +397,11 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     models = study_models(params)
     partners = partner_models(params)
     check_budget(params)
-    report = check_report(params)
     files: dict[str, DictConfig] = {}
     for model in models:
         files[f"train/{model['name']}.yaml"] = training_file(model, params, overrides)
+    # After the models: a variant that cannot be built is named as such, not as a pair it is in.
+    report = check_report(params)
     # After the study's own models: a setting they share is blamed on its key, not on a variant.
     check_waiting_variants(params, models)
     for run in diagnosis_runs(params, models):
