@@ -77,6 +77,16 @@ def test_the_probe_scores_are_those_the_models_attention_softmaxes():
     assert model.training and not layer._forward_pre_hooks
 
 
+def test_the_probe_takes_the_first_windows_and_refuses_more_than_the_split_holds():
+    from headstudy.diagnose import probe_batch
+
+    tokens = torch.arange(3 * 8 + 5).numpy()  # 3 full windows of 8 targets, and a tail
+    assert probe_batch(tokens, 8, 2).tolist() == [list(range(8)), list(range(8, 16))]
+    assert probe_batch(tokens, 8, 3).shape == (3, 8)
+    with pytest.raises(ConfigError, match=r"diagnose.probe_windows=4: the validation split holds 3 full windows"):
+        probe_batch(tokens, 8, 4)
+
+
 def run(folder: Path, command: str, corpus: list[str], *extra: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(

@@ -123,6 +123,14 @@ def test_configure_refuses_a_compare_pair_naming_a_variant_outside_the_study(stu
     assert files_in(Path.cwd()) == before
 
 
+def test_configure_names_a_variant_that_cannot_be_built_before_the_pairs_that_name_it(study, capsys):
+    params = with_study(variants=[1, 3])
+    before = study(params)
+    line = refused(capsys, "configure")
+    assert "n_heads" in line and "3" in line and "report.compare" not in line, line
+    assert files_in(Path.cwd()) == before
+
+
 SPOTLIGHT = yaml.safe_load((ROOT / "studies/spotlight/params.yaml").read_text())
 
 
@@ -466,3 +474,52 @@ def test_a_command_that_lightning_stops_by_sigterm_exits_143_as_train_does(study
         main([command, "model=tiny", *hand])
     assert stop.value.code == 143
     assert f"headstudy {command}: stopped by SIGTERM before it finished" in capsys.readouterr().err
+
+
+def partner_study(tmp_path, monkeypatch, **changes) -> Path:
+    """A study (variants 1 and 4, configured) beside one that trains 1-mix and reads its partners
+    1 and 4 from it; the second, with these changes to its params, is the working folder."""
+    partner = project(tmp_path / "partner", SMALL)
+    monkeypatch.chdir(partner)
+    main(["configure"])
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params["study"] = {"variants": ["1-mix"], "seeds": [0], "partners": {"folder": "../partner", "variants": [1, 4]}}
+    params["report"]["compare"] = [[1, 4], [1, "1-mix"]]
+    for key, value in changes.items():
+        section, name = key.split("__")
+        params[section][name] = value
+    monkeypatch.chdir(project(tmp_path / "pair", params))
+    return tmp_path / "pair"
+
+
+def test_configure_lists_partner_models_with_the_metrics_of_the_study_that_trained_them(tmp_path, monkeypatch):
+    partner_study(tmp_path, monkeypatch)
+    main(["configure"])
+    assert sorted(path.name for path in Path("configs/train").iterdir()) == ["h1-mix-s0.yaml"]
+    report = yaml.safe_load(Path("configs/report.yaml").read_text())
+    assert report["study"]["variants"] == ["1", "4", "1-mix"]
+    assert [(m["name"], m.get("metrics")) for m in report["models"]] == [
+        ("h1-s0", "../partner/metrics"),
+        ("h4-s0", "../partner/metrics"),
+        ("h1-mix-s0", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"trainer__max_steps": 30}, ["study.partners.folder=../partner", "h1-s0.yaml differs", "the same settings"]),
+        ({"study__seeds": [0, 1]}, ["study.partners.folder=../partner", "h1-s1.yaml not found", "on seed 1"]),
+        ({"study__partners": {"folder": "../partner"}}, ["study.partners", "expected {folder"]),
+        ({"study__variants": ["1"]}, ["study.partners.variants", "lists 1, which study.variants trains here"]),
+    ],
+)
+def test_configure_refuses_partners_that_would_differ_in_more_than_the_variant(
+    tmp_path, monkeypatch, capsys, changes, named
+):
+    partner_study(tmp_path, monkeypatch, **changes)
+    before = files_in(Path.cwd())
+    line = refused(capsys, "configure")
+    for name in named:
+        assert name in line, line
+    assert files_in(Path.cwd()) == before

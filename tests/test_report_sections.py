@@ -211,6 +211,24 @@ def test_the_provenance_header_states_the_study_and_where_its_runs_are():
     }
 
 
+def test_a_partner_s_model_is_read_from_the_study_that_trained_it_and_the_header_says_so(tmp_path):
+    for folder, name, final in (("here", "h1-mix-s0", 20.0), ("there", "h1-s0", 21.0)):
+        write_curves(tmp_path / folder / "metrics" / "curves", name, 3000, final)
+        (tmp_path / folder / "metrics" / f"{name}.json").write_text(json.dumps({"test_ppl": final + 1}))
+    models = [
+        {"name": "h1-s0", "variant": "1", "seed": 0, "metrics": str(tmp_path / "there" / "metrics")},
+        {"name": "h1-mix-s0", "variant": "1-mix", "seed": 0},
+    ]
+    metrics = report.study_metrics(tmp_path / "here" / "metrics", models)
+    assert dict(zip(metrics["variant"], metrics["test_ppl"], strict=True)) == {"1": 22.0, "1-mix": 21.0}
+    curves = report.study_curves(tmp_path / "here" / "metrics", models)
+    assert curves.groupby("variant")["val_ppl"].min().to_dict() == {"1": 21.0, "1-mix": 20.0}
+    study = {"variants": ["1", "1-mix"], "seeds": [0], "partners": {"folder": "../there", "variants": [1]}}
+    text, _ = report.provenance(study, models, curves, "an-experiment")
+    assert "nested run per model named as the model (h1-mix-s0, ...)" in text
+    assert "The models of variant 1 were trained by the study in ../there, in its own experiment" in text
+
+
 def test_numbers_are_right_aligned_and_words_left_in_both_renderings(tmp_path):
     table = pd.DataFrame(
         {

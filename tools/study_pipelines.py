@@ -27,7 +27,8 @@ with as many ../ as the folder is deep), their outputs and the comments. The kin
 
 `report_deps` (every kind with a report) are further deps of the report stage, before its
 fingerprint: folder-relative paths as dvc.yaml writes them, each with the reason as its comment
-(or null). `plots` and `report_deps` take a list, or a mapping of each item to its comment.
+(or null); `configure_deps` (a perplexity study) the same for the configure stage. `plots`,
+`report_deps` and `configure_deps` take a list, or a mapping of each item to its comment.
 
 A bad entry is refused before anything is written, in one line that names the entry and the key.
 This module is not part of the headstudy package: no stage imports it, and no fingerprint covers it."""
@@ -101,6 +102,7 @@ KINDS = {
         "inspect": (FLAG_OR_TEXT, False),
         "report_figures": (NAMES, None),
         "unlisted_metrics": (TEXT, None),
+        "configure_deps": (NOTED, {}),
         "report_deps": (NOTED, {}),
     },
     "lr-grid": {"plots": (NOTED, LR_GRID_PLOTS), "report_deps": (NOTED, {})},
@@ -253,13 +255,13 @@ def model_name(axes: tuple[str, ...]) -> str:
     return "-".join(f"{PREFIX[axis]}${{item.{axis}}}" for axis in NAME_ORDER if axis in axes)
 
 
-def configure(up: str) -> list[str]:
+def configure(up: str, reads: dict[str, str | None] | None = None) -> list[str]:
     return [
         "  configure:",
         "    cmd: headstudy configure",
         "    params:",
         "      - params.yaml:",
-        *deps([f"{up}conf", f"{up}fingerprints/configure.txt"]),
+        *deps({f"{up}conf": None, **(reads or {}), f"{up}fingerprints/configure.txt": None}),
         *outputs("outs", [("configs", PERSISTED, None)]),
     ]
 
@@ -354,7 +356,7 @@ def training(entry: dict, up: str) -> list[list[str]]:
     """Configure, train over variant x seed, and optionally evaluate: no report of its own."""
     axes = ("variant", "seed")
     train = [("models/NAME", {}, None), *([curves_out(axes)] if entry["track_curves"] else [])]
-    stages = [configure(up), per_model("train", axes, [f"{up}data/prepared"], train, up)]
+    stages = [configure(up, entry.get("configure_deps")), per_model("train", axes, [f"{up}data/prepared"], train, up)]
     if entry["evaluate"]:
         stages.append(evaluate(axes, up))
     return stages

@@ -38,17 +38,17 @@ CONFIGS = Path("configs")
 ARM = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def listed(study: dict, key: str, required: bool = True) -> list:
+def listed(study: dict, key: str, required: bool = True, section: str = "study") -> list:
     """A non-empty list without repeats (DVC expands an empty matrix silently to no stages)."""
     values = study.get(key)
     if values is None and not required:
         return []
     if not isinstance(values, list) or not values:
-        raise ConfigError(f"study.{key} in {PARAMS_FILE} must be a non-empty list, got {values!r}")
+        raise ConfigError(f"{section}.{key} in {PARAMS_FILE} must be a non-empty list, got {values!r}")
     names = [str(value) for value in values]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ConfigError(f"study.{key} in {PARAMS_FILE} lists {', '.join(repeated)} more than once")
+        raise ConfigError(f"{section}.{key} in {PARAMS_FILE} lists {', '.join(repeated)} more than once")
     return values
 
 
@@ -110,6 +110,60 @@ def study_models(params: dict) -> list[dict]:
                             "overrides": overrides,
                         }
                     )
+    return models
+
+
+def partner_models(params: dict) -> list[dict]:
+    """The models of study.partners: variants that another study trains on this study's seeds,
+    which this study's report sets beside its own (a study too long to regenerate in one session
+    otherwise). Each must be configured there exactly as this study would configure it, so that a
+    pair differs in the variant alone; its results are read from that study's metrics/."""
+    study = params["study"]
+    partners = study.get("partners")
+    if partners is None:
+        return []
+    if (
+        not isinstance(partners, dict)
+        or set(partners) != {"folder", "variants"}
+        or not isinstance(partners["folder"], str)
+    ):
+        raise ConfigError(
+            f"study.partners in {PARAMS_FILE}: expected {{folder: ../STUDY, variants: [VARIANT, ...]}}, "
+            f"got {partners!r}"
+        )
+    if study.get("lrs") or study.get("clues"):
+        raise ConfigError(
+            f"study.partners in {PARAMS_FILE}: only for a study of variants x seeds, without lrs or clues"
+        )
+    variants = [str(variant) for variant in listed(partners, "variants", section="study.partners")]
+    trained_here = [variant for variant in variants if variant in map(str, study["variants"])]
+    if trained_here:
+        raise ConfigError(
+            f"study.partners.variants in {PARAMS_FILE} lists {', '.join(trained_here)}, which study.variants "
+            "trains here: a variant comes from one study"
+        )
+    folder = Path(partners["folder"])
+    models = []
+    for variant in variants:
+        parse_variant(variant)
+        for seed in listed(study, "seeds"):
+            name = model_name(variant, seed, None, None)
+            model = {"name": name, "variant": variant, "seed": seed, "lr": None, "clues": None}
+            model["overrides"] = [f"variant={variant}", f"seed={seed}"]
+            path = folder / CONFIGS / "train" / f"{name}.yaml"
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                raise ConfigError(
+                    f"study.partners.folder={folder}: {path} not found; the study there must train variant "
+                    f"{variant} on seed {seed}"
+                ) from None
+            if text != config_text(training_file(model, params)):
+                raise ConfigError(
+                    f"study.partners.folder={folder}: {path} differs from what this study would write for {name}, "
+                    "so a pair would differ in more than the variant: give both studies the same settings"
+                )
+            models.append(model | {"metrics": (folder / "metrics").as_posix()})
     return models
 
 
@@ -184,13 +238,19 @@ def check_budget(params: dict) -> None:
         )
 
 
+def report_variants(params: dict) -> list[str]:
+    """The variants the report sets side by side: study.partners' first, then the study's own."""
+    partners = params["study"].get("partners") or {}
+    return [str(variant) for variant in [*partners.get("variants", []), *params["study"]["variants"]]]
+
+
 def check_report(params: dict) -> dict:
     report = params.get("report")
     if not isinstance(report, dict) or not isinstance(report.get("title"), str):
         raise ConfigError(f"{PARAMS_FILE}: expected a `report:` section with a title")
     if "seed_claim" in report:  # its name until 0.2.0: refused, so that the claim is never dropped unsaid
         raise ConfigError(f"report.seed_claim in {PARAMS_FILE} is now report.chapter_claim: rename it")
-    variants = [str(variant) for variant in params["study"]["variants"]]
+    variants = report_variants(params)
     compare = report.get("compare") or []
     if not isinstance(compare, list):
         raise ConfigError(f"report.compare in {PARAMS_FILE}: expected a list of pairs [A, B], got {compare!r}")
@@ -298,7 +358,8 @@ def expected_file(relative: str, params: dict) -> DictConfig | None:
         return stage_config("baselines", compose_config([], params))
     if relative == "report.yaml":
         models = study_models(params)
-        return report_file(params, models, check_report(params), compose_config([], params))
+        partners = partner_models(params)
+        return report_file(params, [*partners, *models], check_report(params), compose_config([], params))
     return resolve(params).get(relative)
 
 
@@ -334,11 +395,13 @@ def check_stage_file(path: Path) -> None:
 def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     """Every stage's config file, by its path under configs/."""
     models = study_models(params)
+    partners = partner_models(params)
     check_budget(params)
-    report = check_report(params)
     files: dict[str, DictConfig] = {}
     for model in models:
         files[f"train/{model['name']}.yaml"] = training_file(model, params, overrides)
+    # After the models: a variant that cannot be built is named as such, not as a pair it is in.
+    report = check_report(params)
     # After the study's own models: a setting they share is blamed on its key, not on a variant.
     check_waiting_variants(params, models)
     for run in diagnosis_runs(params, models):
@@ -355,7 +418,7 @@ def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
         {"name": model["name"], "training": training_section(files[f"train/{model['name']}.yaml"])} for model in models
     ]  # in study order
     files["inspect.yaml"] = inspect
-    files["report.yaml"] = report_file(params, models, report, shared)
+    files["report.yaml"] = report_file(params, [*partners, *models], report, shared)
     return files
 
 
@@ -411,10 +474,18 @@ def check_corpus_dependency(prepare: DictConfig, pipeline: Path = Path("dvc.yaml
 
 
 def report_file(params: dict, models: list[dict], report: dict, shared: DictConfig) -> DictConfig:
+    """The report's config: the study, its report: section and every model it reads, a partner's
+    (study.partners) with the metrics/ folder of the study that trained it; study.variants there
+    is every variant the report sets side by side."""
     summary = stage_config("report", shared)
     summary.study = OmegaConf.create(params["study"])
+    if params["study"].get("partners"):
+        summary.study.variants = report_variants(params)
     summary.report = OmegaConf.create(report)
-    summary.models = [{key: model[key] for key in ("name", "variant", "seed", "lr", "clues")} for model in models]
+    summary.models = [
+        {key: model[key] for key in ("name", "variant", "seed", "lr", "clues", "metrics") if key in model}
+        for model in models
+    ]
     runs = diagnosis_runs(params, models)
     if runs:  # a diagnosis study's report reads each run's diagnostics
         summary.runs = [{"name": run["name"], "model": run["model"]["name"], "arm": run["arm"]} for run in runs]

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from headstudy.bookkeeping import guards
 from headstudy.bookkeeping.progress import quiet_routine_warnings
 from headstudy.bookkeeping.training_bar import Throughput, watchers
+from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json
 from headstudy.formats.prepared import check_training_data, load_tokens
 from headstudy.settings.training import diverged, start_training
@@ -29,7 +30,15 @@ from headstudy.weights.training import TrainingDiverged
 
 
 def probe_batch(valid_tokens, context: int, windows: int) -> torch.Tensor:
-    """The first `windows` windows of the validation stream: the same batch at every probe."""
+    """The first `windows` windows of the validation stream: the same batch at every probe. More
+    windows than the stream holds is refused before training: the probe would watch fewer than
+    the recorded number."""
+    available = (len(valid_tokens) - 1) // context
+    if windows > available:
+        raise ConfigError(
+            f"diagnose.probe_windows={windows}: the validation split holds {available} full windows of "
+            f"{context} tokens: set at most {available}"
+        )
     inputs, _ = next(stream_batches(valid_tokens, context, windows))
     return inputs
 

@@ -45,16 +45,21 @@ from headstudy.formats.prepared import load_stats
 
 
 def study_metrics(metrics: Path, models: list[dict]) -> pd.DataFrame:
-    """One row per model of the study; files of models outside it are never read."""
+    """One row per model of the study; files of models outside it are never read. A partner's
+    model (study.partners) is read from the metrics/ of the study that trained it."""
     return pd.DataFrame(
-        [read_json(metrics / f"{m['name']}.json") | {"variant": str(m["variant"]), "seed": m["seed"]} for m in models]
+        [
+            read_json(Path(m.get("metrics", metrics)) / f"{m['name']}.json")
+            | {"variant": str(m["variant"]), "seed": m["seed"]}
+            for m in models
+        ]
     )
 
 
 def study_curves(metrics: Path, models: list[dict]) -> pd.DataFrame:
     return pd.concat(
         [
-            read_curve(metrics / "curves" / f"{m['name']}.csv").assign(
+            read_curve(Path(m.get("metrics", metrics)) / "curves" / f"{m['name']}.csv").assign(
                 variant=str(m["variant"]), seed=m["seed"], lr=m.get("lr")
             )
             for m in models
@@ -69,6 +74,7 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame, experiment
     last = curves.groupby(["variant", "seed", "lr"], dropna=False)[["step", "tokens"]].max()
     steps, tokens = sorted(set(last["step"].astype(int))), sorted(set(last["tokens"].astype(int)))
     variants, seeds, lrs = [str(v) for v in study["variants"]], list(study["seeds"]), list(study.get("lrs") or [])
+    first_own = next(m["name"] for m in models if "metrics" not in m)
     budget = (
         f"{steps[0]:,} steps, {tokens[0] / 1e6:.2f} million training tokens"
         if len(steps) == len(tokens) == 1
@@ -80,8 +86,15 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame, experiment
         + f" x seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {len(models)} model"
         f"{'s' if len(models) > 1 else ''}, each trained for {budget}. The runs are in "
         f'the MLflow experiment "{experiment}": one parent run per execution of this study, with a '
-        f"nested run per model named as the model ({models[0]['name']}, ...); `mlflow ui` shows them."
+        f"nested run per model named as the model ({first_own}, ...); `mlflow ui` shows them."
     )
+    partners = study.get("partners")
+    if partners:
+        text += (
+            f" The models of variant{'s' if len(partners['variants']) > 1 else ''} "
+            f"{' and '.join(map(str, partners['variants']))} were trained by the study in {partners['folder']}, "
+            "in its own experiment, configured as this study would configure them (its configure stage checks it)."
+        )
     return text, {
         "variants": variants,
         "seeds": seeds,
