@@ -89,6 +89,27 @@ def test_a_simple_effect_is_always_the_paired_comparison_and_the_rest_pool_only_
     assert factorial(log_ppl, pooled=False)["heads"]["per_seed_log_ratio"] == pytest.approx(per_seed)
 
 
+def test_a_contrast_whose_per_seed_values_are_not_normal_is_stated_by_its_median_and_the_sign_test():
+    # Ten seeds; in seed 4 the single head without projection collapses (its log ppl far above).
+    seeds = 10
+    log_ppl = 3 + MEANS[:, None] + 0.001 * np.arange(seeds)[None, :] * np.array([1, -1, 1, -1])[:, None]
+    log_ppl[0, 4] += 0.8
+    results = factorial(log_ppl, pooled=False)
+    heads = results["heads"]
+    assert heads["method"] == "per-seed, median" and not heads["normal"]
+    per_seed = np.array(heads["per_seed_log_ratio"])
+    assert heads["median"]["log_ratio"] == pytest.approx(np.median(per_seed))
+    assert (per_seed < 0).all() and heads["p"] == pytest.approx(2 * 0.5**seeds)  # the sign test's p
+    assert heads["log_ratio"] == pytest.approx(per_seed.mean())  # the mean stays, named no summary
+    sentence = comparisons.contrast_sentence(heads)
+    assert sentence.startswith("4 heads against 1, at equal projection (main effect of heads): median -")
+    assert "so the mean, " in sentence and sentence.endswith(": 4 heads better.")
+    table = comparisons.contrast_table(list(results.values()))
+    assert list(table["Coverage"])[0] == "97.9%" and "Interval per token" in table.columns
+    # Where the per-seed values may be normal the t interval stays in charge.
+    assert results["projection_with_many"]["method"] == "paired" and results["projection_with_many"]["normal"]
+
+
 def test_the_chapter_s_claim_is_compared_by_the_sign_of_its_log_ratio_only():
     claim = {"a": 1, "b": 4, "ppl_a": 46.1, "ppl_b": 43.2}
     better = {"variant_a": "1", "variant_b": "4", **paired_difference({0: 20.0}, {0: 19.0}, "1 head", "4 heads", 1.9)}

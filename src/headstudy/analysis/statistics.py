@@ -234,7 +234,9 @@ def per_seed_contrast(log_ppl: np.ndarray, weights, tokens_per_word: float | Non
     """A contrast of the variants (rows of log_ppl, seeds as columns; weights summing to 0)
     computed within each seed, then a one-sample Student-t interval over the seeds on S - 1
     degrees of freedom. It assumes nothing about how each variant's seeds scatter, only that
-    the seeds are independent: the paired comparison generalised to any contrast."""
+    the seeds are independent: the paired comparison generalised to any contrast. Beside it, as
+    for a paired comparison, the per-seed values' Shapiro-Wilk p, their median with its
+    distribution-free interval, and the sign test's p (`normal` False where Shapiro-Wilk rejects)."""
     weights = np.asarray(weights, dtype=float)
     if abs(weights.sum()) > 1e-9:
         raise ValueError(f"contrast weights {weights.tolist()} must sum to 0")
@@ -244,6 +246,8 @@ def per_seed_contrast(log_ppl: np.ndarray, weights, tokens_per_word: float | Non
     se = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))) if df else math.nan
     t = estimate / se if df and se > 0 else math.nan
     p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else math.nan
+    median, median_low, median_high, coverage = median_interval(per_seed)
+    shapiro = normality_p(per_seed)
     return {
         **log_ratio_units(estimate, low, high, tokens_per_word),
         "per_seed_log_ratio": per_seed.tolist(),
@@ -252,6 +256,10 @@ def per_seed_contrast(log_ppl: np.ndarray, weights, tokens_per_word: float | Non
         "t": t,
         "p": p,
         "significant": bool(p < 0.05),
+        "normality_p": shapiro,
+        "normal": not shapiro < 0.05,
+        "median": {**log_ratio_units(median, median_low, median_high, tokens_per_word), "coverage": coverage},
+        "sign_p": sign_test(per_seed),
     }
 
 

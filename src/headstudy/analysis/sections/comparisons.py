@@ -216,6 +216,9 @@ def factorial_contrasts(
             result = contrast(fit, row, tokens_per_word)
         else:
             result = per_seed_contrast(log_ppl, row, tokens_per_word)
+            if not result["normal"]:  # one collapsed seed makes the mean: the sign test decides, as for a pair
+                result |= {"p": result["sign_p"], "significant": bool(result["sign_p"] < 0.05)}
+                method += ", median"
         # (A, B) as in report.compare: B has weight 1, A weight -1
         pair = tuple(sorted(weights, key=weights.get)) if simple else None
         results.append(
@@ -240,24 +243,44 @@ def contrast_sentence(result: dict) -> str:
         if result["pre_stated"]
         else f"exploratory, Holm-adjusted {p_is(result['p_holm'])} (unadjusted {p_value(result['p'])})"
     )
-    outcome = (
-        result["meaning"][result["log_ratio"] > 0]
-        if result["significant"]
-        else "not resolved" + (" after the adjustment" if not result["pre_stated"] and result["p"] < 0.05 else "")
-    )
+    if result.get("normal") is False:
+        median = result["median"]
+        return (
+            f"{result['label'].capitalize()}: median {median['relative']:+.1%} per token, "
+            f"{median['relative_per_word']:+.1%} per word ({median['coverage']:.1%} distribution-free interval "
+            f"{interval(*median['log_ratio_ci95'])} per token; sign test, {evidence}; the per-seed values are not "
+            f"normal, Shapiro-Wilk {p_is(result['normality_p'])}, so the mean, {result['relative']:+.1%}, is no "
+            f"summary): {contrast_outcome(result, median['log_ratio'])}."
+        )
     return (
         f"{result['label'].capitalize()}: {result['relative']:+.1%} per token, {result['relative_per_word']:+.1%} per "
-        f"word (log-ratio {result['log_ratio']:+.3f}, 95% CI {interval(low, high)} per token; {evidence}): {outcome}."
+        f"word (log-ratio {result['log_ratio']:+.3f}, 95% CI {interval(low, high)} per token; {evidence}): "
+        f"{contrast_outcome(result, result['log_ratio'])}."
     )
+
+
+def contrast_outcome(result: dict, estimate: float) -> str:
+    if result["significant"]:
+        return result["meaning"][estimate > 0]
+    return "not resolved" + (" after the adjustment" if not result["pre_stated"] and result["p"] < 0.05 else "")
 
 
 def contrast_table(results: list[dict]) -> pd.DataFrame:
+    """One row per contrast; a row whose per-seed values are not normal gives their median, its
+    distribution-free interval with that interval's coverage, and the sign test's p."""
+    robust = [r.get("normal") is False for r in results]
+    columns = log_ratio_columns([r["median"] if median else r for r, median in zip(results, robust, strict=True)])
+    if any(robust):
+        columns = {name.replace("95% CI", "Interval"): values for name, values in columns.items()}
+        columns["Coverage"] = [
+            f"{r['median']['coverage']:.1%}" if median else "95%" for r, median in zip(results, robust, strict=True)
+        ]
     return pd.DataFrame(
         {
             "Contrast": [r["label"] for r in results],
             "Pre-stated": ["yes" if r["pre_stated"] else "no" for r in results],
             "Analysis": [r["method"] for r in results],
-            **log_ratio_columns(results),
+            **columns,
             "p": [p_value(r["p"]) for r in results],
             "p, Holm-adjusted": [p_value(r["p_holm"]) if "p_holm" in r else "" for r in results],
         }
@@ -289,6 +312,11 @@ def factorial_blocks(
         else f"{check}, so every contrast is computed within each seed and then given a Student-t interval over the "
         "seeds (per-seed), which assumes nothing about how each variant's seeds scatter."
     )
+    if any(c.get("normal") is False for c in contrasts):
+        methods += (
+            " Where Shapiro-Wilk rejects normal per-seed values (Analysis: median), the table gives their median "
+            "with its distribution-free interval and the p of the sign test, which assume only independent seeds."
+        )
     return [
         ("heading", "Heads or projection: the 2 x 2"),
         (
