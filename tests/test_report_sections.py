@@ -106,6 +106,10 @@ def test_a_contrast_whose_per_seed_values_are_not_normal_is_stated_by_its_median
     assert "so the mean, " in sentence and sentence.endswith(": 4 heads better.")
     table = comparisons.contrast_table(list(results.values()))
     assert list(table["Coverage"])[0] == "97.9%" and "Interval per token" in table.columns
+    # reports/metrics/ gives the median, without the t interval, as for a pair.
+    assert headline.per_token(comparisons.contrast_numbers(heads)) == {
+        "estimate": pytest.approx(100 * math.expm1(np.median(per_seed)))
+    }
     # Where the per-seed values may be normal the t interval stays in charge.
     assert results["projection_with_many"]["method"] == "paired" and results["projection_with_many"]["normal"]
 

@@ -145,7 +145,8 @@ def test_the_readme_states_each_protocol_s_answer_as_the_committed_reports_give_
 
 def test_every_committed_lock_matches_the_committed_code_and_settings():
     """A stage whose code, config or params differ from what its dvc.lock recorded has stale
-    committed results. Only the deps that git holds count: a fresh clone has no outputs."""
+    committed results, and a committed output that differs from its lock entry is not what that
+    run wrote. Only the files that git holds count: a fresh clone has no models."""
     tracked = set(
         subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
     )
@@ -156,8 +157,9 @@ def test_every_committed_lock_matches_the_committed_code_and_settings():
     ).stdout
     for stage, changes in json.loads(shown or "{}").items():
         for change in changes:
-            deps = change.get("changed deps", {}) if isinstance(change, dict) else {}
-            stale.update({f"{stage}: {path}": state for path, state in deps.items() if path in tracked})
+            for kind in ("changed deps", "changed outs"):
+                paths = change.get(kind, {}) if isinstance(change, dict) else {}
+                stale.update({f"{stage}: {path}": state for path, state in paths.items() if path in tracked})
     assert not stale, "rerun these stages with `dvc repro -s` and commit their locks: " + json.dumps(stale, indent=1)
 
 

@@ -399,7 +399,7 @@ def pooled_blocks(
                 compared = {(c["variant_a"], c["variant_b"]) for c in found}
                 blocks += factorial_blocks(contrasts, cell_ratio, cell_pooled, cell_outcome, compared)
                 summary["pooled"]["factorial_variance_ratio"] = cell_ratio
-                summary["contrasts"] = {c["name"]: flat_numbers(c) for c in contrasts}
+                summary["contrasts"] = {c["name"]: contrast_numbers(c) for c in contrasts}
     forest_rows = [
         {**c, "label": f"{c['b']} against {c['a']}\n(paired, {len(c['seeds'])} seed{'s' * (len(c['seeds']) > 1)})"}
         for c in found
@@ -442,6 +442,14 @@ def flat_numbers(result: dict) -> dict:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             flat[key] = value
     return flat
+
+
+def contrast_numbers(result: dict) -> dict:
+    """A contrast's numbers for summary.json and reports/metrics/; where its per-seed values are
+    not normal, also the median's, which then stand for it (headline.percent_changes)."""
+    if result.get("normal") is not False:
+        return flat_numbers(result)
+    return flat_numbers(result) | {"normal": False, "median": flat_numbers(result["median"])}
 
 
 def exp_show_columns(found: list[dict]) -> dict:
