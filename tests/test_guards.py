@@ -371,8 +371,9 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
         assert not (project / "data" / "prepared").exists()
 
 
-# Every study states its budget (configure refuses one that does not): the cases below break something else.
-BUDGET = {"max_steps": 20}
+# Every study states a budget that validates (configure refuses one that does not, and composes the
+# models before it reads the report): the cases below break something else.
+BUDGET = {"max_steps": 20, "val_every_steps": 10}
 
 
 @pytest.mark.parametrize(

@@ -395,8 +395,8 @@ def check_stage_file(path: Path) -> None:
 def resolve(params: dict, overrides: list[str] = ()) -> dict[str, DictConfig]:
     """Every stage's config file, by its path under configs/."""
     models = study_models(params)
-    partners = partner_models(params)
     check_budget(params)
+    partners = partner_models(params)
     files: dict[str, DictConfig] = {}
     for model in models:
         files[f"train/{model['name']}.yaml"] = training_file(model, params, overrides)
