@@ -55,9 +55,10 @@ def test_default_study_trains_each_variant_at_the_learning_rate_the_lr_study_sel
     assert yaml.safe_load(composed.stdout)["optimizer"]["lr"] == lr_summary()["selected_lr"]["1-mix"]
 
 
-def test_the_stabilised_study_trains_each_variant_at_the_rate_its_tuning_selected_and_with_its_warm_up():
+@pytest.mark.parametrize("study", ["stabilised", "stabilised-2x2"])
+def test_the_stabilised_studies_train_each_variant_at_the_rate_its_tuning_selected_and_with_its_warm_up(study):
     tuning = ROOT / "studies" / "stabilised-tuning"
-    params = yaml.safe_load((ROOT / "studies" / "stabilised" / "params.yaml").read_text())
+    params = yaml.safe_load((ROOT / "studies" / study / "params.yaml").read_text())
     assert params["study"]["rates"] == "stabilised-tuning"
     # Every variant it trains was tuned there (the tuning may hold cells whose seeds have not run yet).
     assert {str(v) for v in params["study"]["variants"]} <= set(selected_rates()["stabilised-tuning"])
