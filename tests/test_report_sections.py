@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from headstudy import report
+from headstudy.analysis.figures import report as report_figures
 from headstudy.analysis.rendering import headline
 from headstudy.analysis.rendering.render import to_html, to_markdown
 from headstudy.analysis.sections import budget, comparisons
@@ -112,6 +113,21 @@ def test_a_contrast_whose_per_seed_values_are_not_normal_is_stated_by_its_median
     }
     # Where the per-seed values may be normal the t interval stays in charge.
     assert results["projection_with_many"]["method"] == "paired" and results["projection_with_many"]["normal"]
+
+
+def test_the_forest_plot_draws_a_comparison_as_its_verdict_states_it():
+    collapsed = {seed: 18.0 + 0.01 * seed for seed in range(1, 11)}
+    better = {seed: 17.6 + 0.012 * seed for seed in range(1, 11)}
+    collapsed[5] = 40.0  # one collapsed seed: not normal, the median and the sign test decide
+    skewed = paired_difference(collapsed, better, "1", "4", tokens_per_word=2.0)
+    assert not skewed["normal"]
+    estimate, low, high, robust = report_figures.forest_point(skewed, "")
+    assert robust and estimate == pytest.approx(skewed["median"]["relative"])
+    assert (low, high) == pytest.approx(tuple(skewed["median"]["relative_ci95"]))
+    regular = paired_difference({s: 18.0 + 0.01 * s for s in range(1, 11)}, better, "1", "4", 2.0)
+    assert regular["normal"]
+    estimate, *_, robust = report_figures.forest_point(regular, "_per_word")
+    assert not robust and estimate == pytest.approx(regular["relative_per_word"])
 
 
 def test_the_chapter_s_claim_is_compared_by_the_sign_of_its_log_ratio_only():

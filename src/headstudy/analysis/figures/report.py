@@ -90,11 +90,23 @@ def test_perplexity(rows: list[dict], path: Path) -> Path:
     return save_figure(figure, path)
 
 
+def forest_point(row: dict, suffix: str) -> tuple[float, float, float, bool]:
+    """A row's estimate and interval as relative changes, and whether they are the median's: a
+    row whose seeds' differences are not normal (`normal` False) is drawn as its verdict states
+    it, by the median and its distribution-free interval, not by the mean that no summary is."""
+    robust = row.get("normal") is False
+    numbers = row["median"] if robust else row
+    low, high = numbers[f"log_ratio{suffix}_ci95"]
+    return math.expm1(numbers[f"log_ratio{suffix}"]), math.expm1(low), math.expm1(high), robust
+
+
 def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> Path:
     """One row per comparison of B against A: the relative change in perplexity with its 95%
-    CI, per token on the left and per word on the right (the same log-ratio in two units). A
-    row's `reference` (a log-ratio, e.g. the course chapter's) is drawn as an open diamond;
-    rows of kind 'exploratory' are drawn hollow. With no rows, the figure says so."""
+    CI, per token on the left and per word on the right (the same log-ratio in two units); a
+    square where the seeds' differences are not normal: the median and its distribution-free
+    interval (forest_point). A row's `reference` (a log-ratio, e.g. the course chapter's) is
+    drawn as an open diamond; rows of kind 'exploratory' are drawn hollow. With no rows, the
+    figure says so."""
     if not rows:
         figure, axes = plt.subplots(figsize=(6, 1.2))
         axes.axis("off")
@@ -107,12 +119,12 @@ def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> 
         for y, row, above in zip(positions, rows, [None, *rows], strict=False):
             if above is not None and ("kind" in row) != ("kind" in above):  # paired rows, then pooled ones
                 axes.axhline(y + 0.5, color="gray", linewidth=0.6, linestyle=":")
-            estimate = math.expm1(row[f"log_ratio{suffix}"])
-            low, high = (math.expm1(v) for v in row[f"log_ratio{suffix}_ci95"])
+            estimate, low, high, robust = forest_point(row, suffix)
             hollow = row.get("kind") == "exploratory"
             if not math.isnan(low):
                 axes.plot([100 * low, 100 * high], [y, y], color="black", linewidth=1.5)
-            axes.plot(100 * estimate, y, "o", color="black", markerfacecolor="white" if hollow else "black")
+            marker = "s" if robust else "o"
+            axes.plot(100 * estimate, y, marker, color="black", markerfacecolor="white" if hollow else "black")
             if row.get("reference") is not None:
                 axes.plot(100 * math.expm1(row["reference"]), y, "D", color="tab:red", markerfacecolor="none")
         axes.axvline(0, color="gray", linewidth=0.8)
@@ -122,6 +134,8 @@ def forest(rows: list[dict], path: Path, reference_label: str | None = None) -> 
         axes.set_title(f"B against A, {unit} (negative: B is better)", fontsize=10)
     panels[0].set_yticks(positions, [row["label"] for row in rows], fontsize=8)
     panels[0].plot([], [], "o", color="black", label="estimate and 95% CI")
+    if any(row.get("normal") is False for row in rows):
+        panels[0].plot([], [], "s", color="black", label="median and its interval (differences not normal)")
     if any(row.get("kind") == "exploratory" for row in rows):
         panels[0].plot([], [], "o", color="black", markerfacecolor="white", label="exploratory (not pre-stated)")
     if reference_label and any(row.get("reference") is not None for row in rows):

@@ -424,9 +424,15 @@ def pooled_blocks(
     figure = report_figures.forest(
         forest_rows, figure_dir / "comparisons.png", "course chapter (its unit unknown)" if claim else None
     )
+    robust = (
+        " A square: the median with its distribution-free interval, where the seeds' differences are not normal."
+        if any(row.get("normal") is False for row in forest_rows)
+        else ""
+    )
     caption = (
         "Each comparison of B against A: the change in perplexity with its 95% CI, per token (left) and per "
-        "word (right); below 0, B is better. Hollow: exploratory."
+        "word (right); left of 0, B is better. Hollow: exploratory."
+        + robust
         + (" The open diamond: the course chapter's change, in its own unstated unit." if claim else "")
     )
     return blocks + ([("figure", (figure, caption))] if forest_rows else []), summary
