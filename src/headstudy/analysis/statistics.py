@@ -108,8 +108,6 @@ def paired_difference(
     per_seed = [math.log(ppl_b[s] / ppl_a[s]) for s in seeds]
     log_ratio, low, high = mean_ci95(per_seed)
     diff_mean, diff_low, diff_high = mean_ci95([ppl_b[s] - ppl_a[s] for s in seeds])
-    median, median_low, median_high, coverage = median_interval(per_seed)
-    shapiro = normality_p(per_seed)
     return {
         "a": name_a,
         "b": name_b,
@@ -120,12 +118,20 @@ def paired_difference(
         "diff_ci95": [diff_low, diff_high],
         **log_ratio_units(log_ratio, low, high, tokens_per_word),
         "significant": bool(low > 0 or high < 0),  # nan compares False: one seed claims nothing
+        **distribution_free(per_seed, tokens_per_word),
+    }
+
+
+def distribution_free(per_seed, tokens_per_word: float | None) -> dict:
+    """What holds for per-seed log-ratios whether or not they are normal: their Shapiro-Wilk p
+    (`normal` False where it rejects at 5%; nan, too few seeds to check, leaves the t interval in
+    charge), their median with its distribution-free interval and coverage, and the sign test's p."""
+    median, median_low, median_high, coverage = median_interval(per_seed)
+    shapiro = normality_p(per_seed)
+    return {
         "normality_p": shapiro,
-        "normal": not shapiro < 0.05,  # nan (too few seeds to check) leaves the t interval in charge
-        "median": {
-            **log_ratio_units(median, median_low, median_high, tokens_per_word),
-            "coverage": coverage,
-        },
+        "normal": not shapiro < 0.05,
+        "median": {**log_ratio_units(median, median_low, median_high, tokens_per_word), "coverage": coverage},
         "sign_p": sign_test(per_seed),
     }
 
@@ -234,9 +240,8 @@ def per_seed_contrast(log_ppl: np.ndarray, weights, tokens_per_word: float | Non
     """A contrast of the variants (rows of log_ppl, seeds as columns; weights summing to 0)
     computed within each seed, then a one-sample Student-t interval over the seeds on S - 1
     degrees of freedom. It assumes nothing about how each variant's seeds scatter, only that
-    the seeds are independent: the paired comparison generalised to any contrast. Beside it, as
-    for a paired comparison, the per-seed values' Shapiro-Wilk p, their median with its
-    distribution-free interval, and the sign test's p (`normal` False where Shapiro-Wilk rejects)."""
+    the seeds are independent: the paired comparison generalised to any contrast, with the same
+    distribution_free summary beside it."""
     weights = np.asarray(weights, dtype=float)
     if abs(weights.sum()) > 1e-9:
         raise ValueError(f"contrast weights {weights.tolist()} must sum to 0")
@@ -246,8 +251,6 @@ def per_seed_contrast(log_ppl: np.ndarray, weights, tokens_per_word: float | Non
     se = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))) if df else math.nan
     t = estimate / se if df and se > 0 else math.nan
     p = float(2 * stats.t.sf(abs(t), df)) if not math.isnan(t) else math.nan
-    median, median_low, median_high, coverage = median_interval(per_seed)
-    shapiro = normality_p(per_seed)
     return {
         **log_ratio_units(estimate, low, high, tokens_per_word),
         "per_seed_log_ratio": per_seed.tolist(),
@@ -256,10 +259,7 @@ def per_seed_contrast(log_ppl: np.ndarray, weights, tokens_per_word: float | Non
         "t": t,
         "p": p,
         "significant": bool(p < 0.05),
-        "normality_p": shapiro,
-        "normal": not shapiro < 0.05,
-        "median": {**log_ratio_units(median, median_low, median_high, tokens_per_word), "coverage": coverage},
-        "sign_p": sign_test(per_seed),
+        **distribution_free(per_seed, tokens_per_word),
     }
 
 
