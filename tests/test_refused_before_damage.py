@@ -95,6 +95,8 @@ def test_a_run_by_hand_refuses_the_variant_override_that_configure_refuses(study
     [
         ({"rates": "lr-tunign"}, ["study.rates in params.yaml must name an entry of", "lr-tuning", "'lr-tunign'"]),
         ({"rates": "lr-tuning", "lrs": [0.001, 0.002]}, ["study.rates", "study.lrs", "keep one"]),
+        ({"rates": -0.003}, ["study.rates in params.yaml", "one learning rate > 0 for every variant", "-0.003"]),
+        ({"rates": True}, ["study.rates in params.yaml", "one learning rate > 0 for every variant", "True"]),
     ],
 )
 def test_configure_refuses_selected_rates_it_cannot_take(study, capsys, changes, named):
@@ -523,3 +525,11 @@ def test_configure_refuses_partners_that_would_differ_in_more_than_the_variant(
     for name in named:
         assert name in line, line
     assert files_in(Path.cwd()) == before
+
+
+def test_one_number_as_study_rates_trains_every_variant_at_that_rate_but_for_its_own_settings(study, capsys):
+    study(with_study(rates=0.004, variant_overrides={"1": ["optimizer.lr=0.001"]}))
+    for variant, lr in (("4", 0.004), ("1-mix", 0.004), ("8", 0.004), ("1", 0.001)):
+        capsys.readouterr()
+        main(["config", f"variant={variant}"])
+        assert yaml.safe_load(capsys.readouterr().out)["optimizer"]["lr"] == lr, variant

@@ -96,21 +96,23 @@ def study_models(params: dict) -> list[dict]:
     for variant in variants:
         for lr in lrs or [None]:
             for clues in clue_counts or [None]:
-                for seed in seeds:
-                    overrides = [f"variant={variant}", f"seed={seed}", *task_overrides(clues)]
-                    if lr is not None:
-                        overrides.append(f"optimizer.lr={lr}")
-                    models.append(
-                        {
-                            "name": model_name(variant, seed, lr, clues),
-                            "variant": variant,
-                            "seed": seed,
-                            "lr": lr,
-                            "clues": clues,
-                            "overrides": overrides,
-                        }
-                    )
+                models += [model_entry(variant, seed, lr, clues) for seed in seeds]
     return models
+
+
+def model_entry(variant: str, seed: int, lr: float | None = None, clues: int | None = None) -> dict:
+    """One model: its name, what tells it apart, and the overrides that compose its config."""
+    overrides = [f"variant={variant}", f"seed={seed}", *task_overrides(clues)]
+    if lr is not None:
+        overrides.append(f"optimizer.lr={lr}")
+    return {
+        "name": model_name(variant, seed, lr, clues),
+        "variant": variant,
+        "seed": seed,
+        "lr": lr,
+        "clues": clues,
+        "overrides": overrides,
+    }
 
 
 def partner_models(params: dict) -> list[dict]:
@@ -147,9 +149,8 @@ def partner_models(params: dict) -> list[dict]:
     for variant in variants:
         parse_variant(variant)
         for seed in listed(study, "seeds"):
-            name = model_name(variant, seed, None, None)
-            model = {"name": name, "variant": variant, "seed": seed, "lr": None, "clues": None}
-            model["overrides"] = [f"variant={variant}", f"seed={seed}"]
+            model = model_entry(variant, seed)
+            name = model["name"]
             path = folder / CONFIGS / "train" / f"{name}.yaml"
             try:
                 text = path.read_text(encoding="utf-8")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -145,24 +146,27 @@ def override_value(value) -> str:
 RATES_FILE = "selected_rates.yaml"
 
 
-def selected_rates(study: dict) -> dict[str, float]:
-    """The learning rate of each variant in the entry of conf/selected_rates.yaml that study.rates
-    names; none without study.rates."""
-    name = study.get("rates")
-    if name is None:
-        return {}
+def selected_rates(study: dict) -> Callable[[str], float | None]:
+    """The learning rate that study.rates gives each variant: its own, from the entry of
+    conf/selected_rates.yaml that study.rates names, or one rate for every variant where study.rates
+    is a number (`dvc exp run -S study.rates=0.003`); none without study.rates."""
+    choice = study.get("rates")
+    if choice is None:
+        return lambda _variant: None
     path = conf_dir() / RATES_FILE
+    if is_number(choice) and choice > 0:
+        return lambda _variant: float(choice)
     table = read_params(path)
-    if not isinstance(name, str) or not isinstance(table.get(name), dict):
+    if not isinstance(choice, str) or not isinstance(table.get(choice), dict):
         raise ConfigError(
-            f"study.rates in {PARAMS_FILE} must name an entry of {path} ({', '.join(map(str, table)) or 'none'}), "
-            f"got {name!r}"
+            f"study.rates in {PARAMS_FILE} must name an entry of {path} ({', '.join(map(str, table)) or 'none'}) "
+            f"or be one learning rate > 0 for every variant, got {choice!r}"
         )
-    rates = {str(variant): rate for variant, rate in table[name].items()}
+    rates = {str(variant): rate for variant, rate in table[choice].items()}
     wrong = [variant for variant, rate in rates.items() if not isinstance(rate, float) or not rate > 0]
     if wrong:
-        raise ConfigError(f"{path}: {name}.{wrong[0]} must be a learning rate > 0, got {rates[wrong[0]]!r}")
-    return rates
+        raise ConfigError(f"{path}: {choice}.{wrong[0]} must be a learning rate > 0, got {rates[wrong[0]]!r}")
+    return rates.get
 
 
 def variant_settings(params: dict, overrides: list[str]) -> list[str]:
@@ -179,7 +183,7 @@ def variant_settings(params: dict, overrides: list[str]) -> list[str]:
             f"study.variant_overrides.{chosen[-1]} in {PARAMS_FILE} must be a list of key=value, got {settings!r}"
         )
     check_variant_settings(chosen[-1] if chosen else "", settings)
-    rate = selected_rates(study).get(chosen[-1]) if chosen else None
+    rate = selected_rates(study)(chosen[-1]) if chosen else None
     if rate is not None and not any(item.partition("=")[0].lstrip("+~") == "optimizer.lr" for item in settings):
         settings = [f"optimizer.lr={rate!r}", *settings]
     return settings
