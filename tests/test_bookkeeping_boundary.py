@@ -1,4 +1,4 @@
-"""Bookkeeping (tracking, guards, jobs, progress, ...) is no dependency of any output: its modules
+"""Bookkeeping (tracking, provenance, progress, ...) is no dependency of any output: its modules
 are left out of every stage's code fingerprint (common/code.py), so a value it defines must not
 reach an output. Stages may call its functions (a training logs to MLflow through tracking); no
 module outside bookkeeping/ may read one of its constants (an UPPER_CASE name). What an output
@@ -89,7 +89,7 @@ def test_the_check_finds_each_way_of_reading_a_constant(tmp_path):
         "stages/relative.py": "from ..bookkeeping.tracking import EXPERIMENT\n",
     }
     allowed = {
-        "calls.py": "from headstudy.bookkeeping import guards, tracking\ntracking.log_metrics(1, {})\n",
+        "calls.py": "from headstudy.bookkeeping import progress, tracking\ntracking.log_metrics(1, {})\n",
         "classes.py": "from headstudy.bookkeeping.training_bar import Throughput\n",
         "own.py": "from headstudy.weights import model\nsize = model.VOCAB\n",
     }

@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -532,23 +533,54 @@ def test_a_second_identical_training_is_refused_while_the_first_runs(work):
     assert_no_run_running(work)
 
 
-def in_a_full_disk(work: Path, folder: str, command: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """`command` by hand in a mount namespace of its own where work/folder is a 48 KiB tmpfs (less
-    than a tiny model), and what the folder held when it ended (the namespace takes it away)."""
+def in_a_full_disk(
+    work: Path, folder: str, command: list[str], size: str = "48k", before: str = "", **env_changes: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`command` by hand in a mount namespace of its own where work/folder is a tmpfs of `size`
+    (48 KiB: less than a tiny model), after the shell commands `before`, and what the folder held
+    when it ended (the namespace takes it away)."""
     (work / folder).mkdir(exist_ok=True)
     listing = work / f"{folder}.listing"
     script = (
-        f"mount -t tmpfs -o size=48k tmpfs {folder} || exit 77; "
+        f"mount -t tmpfs -o size={size} tmpfs {folder} || exit 77; {before}"
         f'"$@"; status=$?; find {folder} > {listing}; exit $status'
     )
     env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
     env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"})
+    env.update(env_changes)
     result = subprocess.run(
         ["unshare", "--mount", "sh", "-c", script, "sh", *command], cwd=work, env=env, capture_output=True, text=True
     )
     if result.returncode == 77 or not listing.is_file():
         pytest.skip(f"no mount namespace with a tmpfs here: {result.stderr.strip()[:200]}")
     return result, listing.read_text().split()
+
+
+@pytest.mark.slow
+def test_a_store_whose_disk_filled_fails_the_command_in_one_line_naming_it(work):
+    # The store is made, then the disk filled: the training's first write to it fails.
+    made_then_filled = (
+        f'"{sys.executable}" -c "from headstudy.bookkeeping.store import check_store; check_store()" || exit 3; '
+        "cat /dev/zero > fullstore/filler 2>/dev/null; "
+    )
+    training = ["headstudy", "train", *DATA, *TINY, "seed=72"]
+    result, listing = in_a_full_disk(
+        work, "fullstore", training, "1m", made_then_filled, MLFLOW_TRACKING_URI="sqlite:///fullstore/mlflow.db"
+    )
+    assert_refused(result, "train", "the MLflow store sqlite:///fullstore/mlflow.db", "database or disk is full")
+    assert "fullstore/mlflow.db" in listing
+    assert not (work / "models" / "h1-s72").exists()
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_writing_the_resume_checkpoint_leaves_no_staging_and_fails_the_run(work):
+    training = ["headstudy", "train", *DATA, *TINY, "seed=71", "paths.checkpoints=full/checkpoints"]
+    result, listing = in_a_full_disk(work, "full", training)
+    assert_refused(result, "train", "writing the resume checkpoint full/checkpoints/h1-s71-", "bytes free")
+    assert not [path for path in listing if path.endswith(".partial")], listing
+    [failed] = [run for run in runs(work) if run.info.run_name == "h1-s71"]
+    assert failed.info.status == "FAILED"
+    assert not (work / "models" / "h1-s71").exists()
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ import yaml
 from conftest import assert_nothing_half_written, default_signals
 from tinyproject import REPRODUCED, edit_params, environment, make_project, run
 
-from headstudy.bookkeeping import lanes
 from headstudy.common.errors import ConfigError
+from headstudy.execution import lanes
 from headstudy.lanes import parse
 
 

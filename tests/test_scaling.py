@@ -16,9 +16,9 @@ from conftest import headstudy_environment, served_mlflow
 from mlflow.tracking import MlflowClient
 from tinyproject import commit, copy_project, environment, ran_stages, run, runs
 
-from headstudy.bookkeeping.jobs import cores
 from headstudy.common.errors import ConfigError
 from headstudy.count import count
+from headstudy.execution.jobs import cores
 from headstudy.settings.compose import compose_config
 from headstudy.settings.training import start_training
 

@@ -218,7 +218,7 @@ def test_redact_hides_the_password_wherever_a_message_repeats_it(monkeypatch):
     assert tracking_store.redact("sqlite:///mlflow.db", "sqlite:///mlflow.db") == "sqlite:///mlflow.db"
 
 
-def test_every_lock_of_the_project_is_the_one_in_bookkeeping_locks():
+def test_every_lock_of_the_project_is_the_one_in_execution_locks():
     """One lock helper: no other module takes a lock of its own (fcntl, filelock)."""
     package = ROOT / "src/headstudy"
     takers = sorted(
@@ -226,4 +226,4 @@ def test_every_lock_of_the_project_is_the_one_in_bookkeeping_locks():
         for path in package.rglob("*.py")
         if re.search(r"^\s*(import fcntl|from fcntl|import filelock|from filelock)", path.read_text(), re.M)
     )
-    assert takers == ["bookkeeping/locks.py"]
+    assert takers == ["execution/locks.py"]

@@ -9,9 +9,16 @@ import torch
 
 from headstudy.formats.prepared import load_tokens
 from headstudy.settings.compose import compose_config, model_config
-from headstudy.settings.training import training_settings
+from headstudy.settings.training import diverged, training_settings
 from headstudy.weights.model import Decoder, next_token_loss
-from headstudy.weights.training import LanguageModelModule, TokenDataModule, TrainingBatches, build_trainer, one_cycle
+from headstudy.weights.training import (
+    LanguageModelModule,
+    TokenDataModule,
+    TrainingBatches,
+    TrainingDiverged,
+    build_trainer,
+    one_cycle,
+)
 
 STEPS = 12
 
@@ -116,3 +123,14 @@ def test_bf16_mixed_trains_in_bfloat16_and_keeps_float32_weights(small_corpus, i
     assert {weight.dtype for weight in module.model.parameters()} == {torch.float32}
     with torch.no_grad():
         assert next_token_loss(module.model(inputs), targets).item() < loss_before
+
+
+def test_a_divergence_in_float16_names_the_precision_and_otherwise_the_learning_rate():
+    error = TrainingDiverged("train/loss", float("nan"), step=12, max_steps=3000, lr=0.003)
+    in_float16 = str(diverged(error, "16-mixed"))
+    assert "trainer.precision=16-mixed" in in_float16 and "bf16-mixed or 32-true" in in_float16
+    assert "optimizer.lr=0.003 is likely too high" not in in_float16
+    for precision in ("32-true", "bf16-mixed"):
+        message = str(diverged(error, precision))
+        assert "optimizer.lr=0.003 is likely too high" in message and "trainer.precision" not in message
+        assert message.startswith("training diverged: train/loss is nan at step 12 of trainer.max_steps=3000")

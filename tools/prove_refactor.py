@@ -6,8 +6,9 @@ written output must be identical, byte for byte.
 
 BASE is checked out in a scratch worktree, and the working tree's src/ and conf/ are copied beside
 it at the start (an edit made while the proof runs is not in it). Each side prepares a small Penn
-Treebank corpus and the multi-clue task; trains the course model with 1 head, 4 heads, 4 heads
-without the projection and 1 head with the wider MLP, a multi-clue model, and a training killed
+Treebank corpus and the multi-clue task (two clues), and computes the corpus's baselines; trains
+the course model with 1 head, 4 heads, 4 heads without the projection and 1 head with the wider
+MLP, a multi-clue model (scored, ablated and its answers split by type), and a training killed
 after its first checkpoint and resumed; evaluates every model; and runs `diagnose` without and
 with clipping. Each side runs its own `headstudy` (PYTHONPATH and HEADSTUDY_CONF point at its
 tree) from the same config files, composed by BASE's code as configure writes them. Every file
@@ -45,14 +46,15 @@ CORPUS_LINES = 3000
 COMMON = ["trainer.max_steps=30", "trainer.val_every_steps=10", "threads=1"]
 # inspect's sentence must occur in the test split of the proof's small corpus.
 TEXT = ["data=textdir", "data.vocab_size=512", "model=course", "inspect.sentence='the company said'", *COMMON]
-MULTICLUE = ["data=multiclue", "model=tiny", "model.width=64", "model.init_std=0.1", *COMMON]
+# Two clues: the answers stage splits answers where one clue is recent and another old.
+MULTICLUE = ["data=multiclue", "data.clues=2", "model=tiny", "model.width=64", "model.init_std=0.1", *COMMON]
 # name -> (how it trains, overrides beyond the side's data and paths, what reads the model after)
 PROOF_RUNS = {
     "h1-s0": ("train", [*TEXT, "variant=1", "optimizer.lr=0.003"], ["evaluate"]),
     "h4-s0": ("train", [*TEXT, "variant=4"], ["evaluate"]),
     "h4-nomix-s0": ("train", [*TEXT, "variant=4-nomix", "optimizer.lr=0.012"], ["evaluate"]),
     "h1-wide-s0": ("train", [*TEXT, "variant=1-wide", "optimizer.lr=0.003"], ["evaluate"]),
-    "h2-s1": ("train", [*MULTICLUE, "variant=2", "seed=1"], ["score", "ablate"]),
+    "h2-s1": ("train", [*MULTICLUE, "variant=2", "seed=1"], ["score", "ablate", "answers"]),
     "h4-s2": ("resume", [*TEXT, "variant=4", "seed=2", "trainer.max_steps=60"], ["evaluate"]),
     "h1-s3": ("diagnose", [*TEXT, "variant=1", "seed=3", "diagnose.probe_every=5"], []),
     "h4-s4": ("diagnose", [*TEXT, "variant=4", "seed=4", "diagnose.probe_every=5", "diagnose.clip_grad_norm=0.5"], []),
@@ -61,7 +63,7 @@ PROOF_RUNS = {
 INSPECTED = ("h1-s0", "h4-s0", "h4-nomix-s0", "h1-wide-s0")
 # The stage commands whose outputs the proof compares: a refactor that changes another command's
 # code is not proven by it.
-PROVEN_COMMANDS = ("prepare", "train", "evaluate", "score", "ablate", "diagnose", "inspect")
+PROVEN_COMMANDS = ("prepare", "baselines", "train", "evaluate", "score", "ablate", "answers", "diagnose", "inspect")
 
 
 def run(command: list[str], env: dict, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -136,6 +138,12 @@ def prove_side(tree: Path, base: Path, out: Path, corpus: Path) -> None:
     multiclue = ["data=multiclue", "paths.prepared=prepared-multiclue"]
     for data in (textdir, multiclue):
         run([*HEADSTUDY, "prepare", *data], env, out)
+    print(f"  {tree.name}: baselines", flush=True)
+    run(
+        [*HEADSTUDY, "baselines", "--config", str(compose(base, out, corpus, "baselines", TEXT, env, "baselines"))],
+        env,
+        out,
+    )
     for name, (kind, overrides, readers) in PROOF_RUNS.items():
         config = compose(base, out, corpus, "diagnose" if kind == "diagnose" else "train", overrides, env, name)
         print(f"  {tree.name}: {kind} {name}" + "".join(f", {reader}" for reader in readers), flush=True)

@@ -14,8 +14,8 @@ import torch
 from omegaconf import DictConfig
 
 from headstudy.analysis.measures.ablation import ablate_heads
-from headstudy.bookkeeping import guards, jobs
 from headstudy.common.files import write_json
+from headstudy.execution import guards, jobs
 from headstudy.formats.prepared import load_tokens, prepared_vocab_size
 from headstudy.formats.queries import load_queries, load_task
 from headstudy.formats.trained import load_trained

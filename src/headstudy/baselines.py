@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from headstudy.bookkeeping.guards import refuse_pipeline_outputs
 from headstudy.common.files import write_json
+from headstudy.execution.guards import refuse_pipeline_outputs
 from headstudy.formats.prepared import check_length, check_vocab_size, load_stats, load_tokens, tokens_path
 
 

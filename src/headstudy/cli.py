@@ -99,11 +99,11 @@ def dispatch(args: list[str]) -> None:
             print(OmegaConf.to_yaml(compose_config(rest)), end="")
         elif command in STAGES:
             config = load_config(command, rest)
-            from headstudy.bookkeeping.guards import check_stage_outputs
+            from headstudy.execution.guards import check_stage_outputs
 
             check_stage_outputs(command, config)
             if command == "train":
-                from headstudy.bookkeeping.jobs import outliving_checkpoints
+                from headstudy.execution.jobs import outliving_checkpoints
 
                 config.paths.checkpoints = str(outliving_checkpoints(config))
             importlib.import_module(f"headstudy.{command}").main(config)
@@ -111,6 +111,15 @@ def dispatch(args: list[str]) -> None:
             importlib.import_module(f"headstudy.{command}").main(rest)
     except ConfigError as error:
         print(f"headstudy {command}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as error:
+        # Only a command that tracks has imported MLflow; asking it otherwise would import it.
+        if "mlflow" not in sys.modules:
+            raise
+        failure = importlib.import_module("headstudy.bookkeeping.store").store_failure(error)
+        if not failure:
+            raise
+        print(f"headstudy {command}: error: {failure}", file=sys.stderr)
         sys.exit(2)
     except SystemExit as stop:
         # Lightning ends a fit stopped by SIGTERM in a SystemExit of status 0 (SIGTERMException),

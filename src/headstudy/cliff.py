@@ -17,9 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from headstudy.analysis.rendering.render import to_markdown
 from headstudy.analysis.sections.cliff import QUANTITIES, quantity_figure, run_summary, summary_table, validation_figure
 from headstudy.analysis.statistics import nan_to_null
-from headstudy.bookkeeping import guards
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import read_json, write_atomically, write_json
+from headstudy.execution import guards
 
 
 def cliff(config: DictConfig) -> dict:

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from headstudy.bookkeeping import guards
 from headstudy.bookkeeping.progress import quiet_routine_warnings
 from headstudy.bookkeeping.training_bar import Throughput, watchers
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json
+from headstudy.execution import guards
 from headstudy.formats.prepared import check_training_data, load_tokens
 from headstudy.settings.training import diverged, start_training
 from headstudy.weights.batches import stream_batches
@@ -62,7 +62,7 @@ def diagnose(config: DictConfig) -> dict:
     try:
         training.fit()
     except TrainingDiverged as error:
-        raise diverged(error) from None
+        raise diverged(error, config.trainer.precision) from None
     trainer, module = training.trainer, training.module
 
     columns, rows = watcher.table()

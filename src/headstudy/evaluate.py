@@ -15,9 +15,10 @@ import torch
 from omegaconf import DictConfig
 
 from headstudy.analysis.measures.perplexity import perplexity, stream_nll
-from headstudy.bookkeeping import guards, jobs, store, tracking
+from headstudy.bookkeeping import store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_json
+from headstudy.execution import guards, jobs
 from headstudy.formats.prepared import check_length, load_stats, load_tokens, tokens_path
 from headstudy.formats.trained import load_trained, model_dir
 

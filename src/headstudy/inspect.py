@@ -32,9 +32,9 @@ from headstudy.analysis.measures.attention import (
     spotlight_null,
 )
 from headstudy.analysis.statistics import nan_to_null
-from headstudy.bookkeeping import guards, jobs
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.common.files import write_json
+from headstudy.execution import guards, jobs
 from headstudy.formats.prepared import TOKENIZER_FILE, load_tokens
 from headstudy.formats.trained import load_trained
 

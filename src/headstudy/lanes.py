@@ -8,15 +8,15 @@ lane count changes no result. The lock files end as a plain `PYTHONHASHSEED=0 dv
 them, byte for byte. A failing stage stops new ones from starting, lets those running finish, and
 ends the command with one line naming it; Ctrl-C or SIGTERM stops the stages' commands (a training
 keeps its checkpoint) and DVC records each finished stage; the same command again continues.
-How it works: bookkeeping/lanes.py."""
+How it works: execution/lanes.py."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from headstudy.bookkeeping import jobs, lanes
 from headstudy.common.errors import ConfigError
+from headstudy.execution import jobs, lanes
 
 
 def parse(args: list[str]) -> tuple[int, list[str]]:

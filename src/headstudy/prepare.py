@@ -13,9 +13,9 @@ import numpy as np
 from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from headstudy.bookkeeping.guards import refuse_pipeline_outputs
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import staged_folder, write_json
+from headstudy.execution.guards import refuse_pipeline_outputs
 from headstudy.formats.prepared import SPLITS, STATS_FILE, TOKENIZER_FILE, tokens_path
 from headstudy.formats.queries import write_queries, write_task
 

@@ -38,9 +38,10 @@ from headstudy.analysis.sections.learning_rates import learning_rate_section, sh
 from headstudy.analysis.sections.sweep import sweep_section
 from headstudy.analysis.sections.training_length import other_budget_inputs, training_length_section
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
-from headstudy.bookkeeping import guards, progress, store, tracking
+from headstudy.bookkeeping import progress, store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json
+from headstudy.execution import guards
 from headstudy.formats.prepared import load_stats
 
 

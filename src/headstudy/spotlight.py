@@ -30,9 +30,9 @@ from headstudy.analysis.sections.clue_accuracy import (
 )
 from headstudy.analysis.sections.extra_runs import check_extras, check_runs
 from headstudy.analysis.statistics import nan_to_null
-from headstudy.bookkeeping import guards
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import read_json, write_atomically, write_json
+from headstudy.execution import guards
 
 
 def read_models(models: list[dict], metrics_dir: Path) -> list[dict]:

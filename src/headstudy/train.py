@@ -16,11 +16,12 @@ from pathlib import Path
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
-from headstudy.bookkeeping import guards, provenance, store, tracking
+from headstudy.bookkeeping import provenance, store, tracking
 from headstudy.bookkeeping.progress import quiet_routine_warnings
 from headstudy.bookkeeping.training_bar import Throughput, watchers
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.common.files import write_atomically
+from headstudy.execution import guards
 from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, load_tokens, sha256_file
 from headstudy.formats.runconfig import config_digest
 from headstudy.formats.trained import data_record, model_dir, settings_text, training_record
@@ -128,7 +129,7 @@ def train_on_process_zero(
         training.fit(resume_checkpoint if resuming else None)
     except TrainingDiverged as error:
         shutil.rmtree(resume_folder)  # Lightning marked the run FAILED; resuming would diverge again
-        raise diverged(error) from None
+        raise diverged(error, config.trainer.precision) from None
     except (KeyboardInterrupt, SystemExit) as stop:
         # Lightning ends a SIGTERM (a scheduler's preemption) in a SystemExit that would exit 0,
         # and Ctrl-C in sys.exit(1): both are interruptions, resumable from the last checkpoint.

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from headstudy.bookkeeping.lanes import LANES_VARIABLE
 from headstudy.common.errors import ConfigError
+from headstudy.execution.lanes import LANES_VARIABLE
 from headstudy.formats.runconfig import read_config
 
 # The widest a stage's closing table or sentence is printed, whatever the terminal: wider lines

@@ -124,7 +124,7 @@ def study_identity() -> dict[str, str]:
     stages) and params.yaml, the commit, and the DVC experiment under `dvc exp run`. Every stage
     of one execution finds the same. The folder is the user's repository's, also when DVC runs
     the stages in a temporary copy of it (the queue, --temp), which it deletes afterwards."""
-    from headstudy.bookkeeping.jobs import in_users_repository
+    from headstudy.execution.jobs import in_users_repository
 
     folder = Path.cwd().resolve()
     params = folder / PARAMS_FILE

@@ -11,6 +11,7 @@ so that the studies' runs stand alone.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 import tempfile
@@ -24,12 +25,15 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from headstudy.bookkeeping.dashboard import RESULTS_VIEW, VIEW_TAG_PREFIX, save_results_view
-from headstudy.bookkeeping.jobs import in_users_repository
-from headstudy.bookkeeping.locks import exclusive
 from headstudy.bookkeeping.provenance import in_pipeline
+from headstudy.execution.jobs import in_users_repository
+from headstudy.execution.locks import exclusive
 
 # Progress bars for small artifacts only clutter the terminal and the one-line errors.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# A database error is logged here with its traceback before MLflow raises it; the command says
+# it in one line instead (store_failure, caught in cli.py).
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 EXPERIMENT = "headstudy"
 # Runs that belong to no study: trainings by hand (no DVC_STAGE) and `headstudy reproduce`.
@@ -376,6 +380,25 @@ def check_store() -> None:
         raise
     except Exception as error:  # whatever the backend raises, the store is unusable
         raise ConfigError(f"cannot open the MLflow store {store_named()}: {redact(first_line(error))}") from None
+
+
+def store_failure(error: BaseException) -> str | None:
+    """An MLflow error from the store once it was open (a disk that filled, a database that went
+    away) as one line naming the store and the driver's reason; None for any other error."""
+    from mlflow.exceptions import MlflowException
+
+    from headstudy.common.errors import first_line
+
+    if not isinstance(error, MlflowException):
+        return None
+    cause: BaseException = error
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    cause = getattr(cause, "orig", None) or cause  # SQLAlchemy wraps the database driver's error
+    return (
+        f"the MLflow store {store_named()} failed: {redact(first_line(cause))}; "
+        "once it can be written, the same command continues where it stopped"
+    )
 
 
 def probe_network_store(uri: str) -> None:

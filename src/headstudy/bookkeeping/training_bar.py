@@ -1,7 +1,6 @@
-"""The callbacks that watch a training without changing it: its speed, one progress bar with
-which of the study's trainings it is and how long the study has left, and that all its processes
-start from the same step. Apart from progress.py so that the stages that train nothing do not
-import Lightning."""
+"""The callbacks that watch a training without changing it: its speed, and one progress bar with
+which of the study's trainings it is and how long the study has left. Apart from progress.py so
+that the stages that train nothing do not import Lightning."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from headstudy.bookkeeping.progress import (
     on_terminal,
     study_position,
 )
-from headstudy.bookkeeping.ranks import ResumeStepsAgree
 
 
 class Throughput(L.Callback):
@@ -168,6 +166,5 @@ class StepProgressBar(TQDMProgressBar):
 
 
 def watchers(throughput: Throughput) -> list[L.Callback]:
-    """The callbacks that watch a training without changing it: its speed, its progress, and
-    that all its processes start from the same step."""
-    return [throughput, StepProgressBar(throughput, position=study_position()), ResumeStepsAgree()]
+    """The callbacks that watch a training without changing it: its speed and its progress."""
+    return [throughput, StepProgressBar(throughput, position=study_position())]

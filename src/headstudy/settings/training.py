@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from headstudy.bookkeeping import jobs
 from headstudy.common.errors import ConfigError, first_line
+from headstudy.execution import jobs
 from headstudy.weights.model import ModelConfig
 from headstudy.weights.recipe import Training, prepare_training
 from headstudy.weights.settings import OptimizerSettings, TrainerSettings, TrainingSettings
@@ -58,9 +58,16 @@ def start_training(config: DictConfig, train_tokens: np.ndarray, valid_tokens: n
     return training
 
 
-def diverged(error: TrainingDiverged) -> ConfigError:
+def diverged(error: TrainingDiverged, precision: str) -> ConfigError:
+    """The likely cause in the key the user set: float16's range (its largest value is 65,504)
+    where the training ran in it, the learning rate otherwise."""
+    cause = (
+        f"trainer.precision={precision} computes in float16, whose range a loss or an attention logit "
+        f"can leave: use bf16-mixed or 32-true, or lower optimizer.lr={error.lr}"
+        if precision == "16-mixed"
+        else f"optimizer.lr={error.lr} is likely too high: lower it"
+    )
     return ConfigError(
         f"training diverged: {error.quantity} is {error.value} at step {error.step} of "
-        f"trainer.max_steps={error.max_steps}; optimizer.lr={error.lr} is likely too high: lower it "
-        "(no model was written)"
+        f"trainer.max_steps={error.max_steps}; {cause} (no model was written)"
     )

@@ -13,7 +13,7 @@ import torch
 
 from headstudy.weights.model import Decoder
 from headstudy.weights.settings import TrainingSettings
-from headstudy.weights.training import LanguageModelModule, TokenDataModule, build_trainer
+from headstudy.weights.training import LanguageModelModule, ResumeStepsAgree, TokenDataModule, build_trainer
 
 
 @dataclass
@@ -37,7 +37,7 @@ def prepare_training(
     can change the weights' last bits (CPU kernels split their sums by thread), as the CPU can."""
     torch.set_num_threads(threads)
     L.seed_everything(settings.seed, workers=True)
-    trainer = build_trainer(settings.trainer, callbacks)
+    trainer = build_trainer(settings.trainer, [*callbacks, ResumeStepsAgree()])
     model = Decoder(settings.model)
     datamodule = TokenDataModule(
         train_tokens,

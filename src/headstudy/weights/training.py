@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from headstudy.common.errors import ConfigError, first_line
 from headstudy.common.files import staging_path
 from headstudy.weights.batches import stream_batches, training_batch
 from headstudy.weights.model import Decoder, next_token_loss
@@ -221,17 +223,47 @@ def one_cycle(step: int, total: int, warmup_fraction: float, start_factor: float
 
 class ResumeCheckpoint(L.Callback):
     """The full training state at every epoch end, replaced atomically: a kill at any moment
-    leaves either the previous checkpoint or the new one, never half of one. Under DDP every
-    process takes part in saving and process 0 writes; every process resumes from the file."""
+    leaves either the previous checkpoint or the new one, never half of one, and so does a disk
+    that fills while it is written. Under DDP every process takes part in saving and process 0
+    writes; every process resumes from the file."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         partial = staging_path(self.path)
-        trainer.save_checkpoint(partial, weights_only=False)  # returns once it is written
+        try:
+            trainer.save_checkpoint(partial, weights_only=False)  # returns once it is written
+        except (OSError, RuntimeError) as error:  # torch.save reports a full disk as a RuntimeError
+            partial.unlink(missing_ok=True)
+            free = shutil.disk_usage(self.path.parent).free
+            raise ConfigError(
+                f"writing the resume checkpoint {self.path} failed ({first_line(error)}; {free:,} bytes "
+                "free there): give paths.checkpoints room for it, and the same command resumes from the "
+                "last checkpoint written"
+            ) from None
         if trainer.is_global_zero:
             os.replace(partial, self.path)
+
+
+class ResumeStepsAgree(L.Callback):
+    """Under DDP every process must start from the same step. Processes that found different
+    resume checkpoints (machines with separate paths.checkpoints folders) would otherwise train
+    out of step and wait for each other at some later collective until the 30-minute timeout.
+    Checked after Lightning has restored the checkpoints and before the first step; every process
+    sees the same gathered steps, so all of them stop together."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.world_size == 1:
+            return
+        steps = trainer.strategy.all_gather(torch.tensor(trainer.global_step)).tolist()
+        if len(set(steps)) > 1:
+            by_process = ", ".join(f"process {rank}: step {step}" for rank, step in enumerate(steps))
+            raise ConfigError(
+                f"the {len(steps)} processes resume from different steps ({by_process}): "
+                "give every machine the same paths.checkpoints folder (a shared file "
+                "system), or delete the resume folders under it to start afresh"
+            )
 
 
 class TrainerRefused(Exception):

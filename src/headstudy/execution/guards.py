@@ -11,8 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from headstudy.bookkeeping.locks import exclusive
 from headstudy.common.errors import ConfigError
+from headstudy.execution.locks import exclusive
 from headstudy.settings.compose import project_root
 
 # The folders dvc.yaml writes, under the project root and under every studies/NAME folder.

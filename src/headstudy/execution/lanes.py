@@ -118,7 +118,7 @@ def dvc_environment(lanes: int = 1) -> dict[str, str]:
 
 def describe(root: Path, targets: list[str]) -> Plan:
     """The plan of `targets` in the repository at root (see describe_here)."""
-    command = [sys.executable, "-m", "headstudy.bookkeeping.lanes", "--describe", *targets]
+    command = [sys.executable, "-m", "headstudy.execution.lanes", "--describe", *targets]
     environment = {**dvc_environment(), "PYTHONHASHSEED": PLAN_HASH_SEED}
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
