@@ -7,8 +7,9 @@ steeply; a clue far back needs g flat between it and the query. An answer needs 
 its clues is at most RECENT tokens before the query and another at least OLD tokens back: the
 conflict in its plainest form, the one the study's README counts (30% of answers at k = 2, 61% at
 k = 3). Over the other answers one slope can serve every clue. A model that cannot represent both
-slopes loses mostly conflict answers, and within them the digit of one of the two clues; a model
-that is merely undertrained loses answers of both types.
+slopes loses mostly conflict answers, and within them the digit of one of the two clues; so does
+a model part way through learning the task, whatever its heads (studies/spotlight-hard's README:
+the old lone clue is learned last), so the split alone does not tell the two apart.
 
 Digits are the ablation's (analysis/measures/ablation.py): digit j's prediction is the most likely value of
 its marginal over the answer block."""

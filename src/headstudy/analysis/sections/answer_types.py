@@ -86,8 +86,9 @@ def answer_type_blocks(models: list[dict], answers: dict[str, dict], variants, k
         f"both ({shares}); the others are the rest. Per seed ({seeds}), in percent: whole-answer "
         "accuracy, accuracy on each type, and within conflict answers how often the recent clue's digit and the "
         f"old clue's are right. A model that cannot serve both slopes loses mostly conflict answers, and within "
-        "them the old clue's digit; one that is merely undertrained loses answers of both types. The count "
-        f"column: seeds whose conflict answers are at least {NOTABLE_POINTS} points below the others."
+        "them the old clue's digit; so does one that has learned the recent clues and not yet the old ones, so a "
+        "deficit alone does not tell a limit from a training under way. The count column: seeds whose conflict "
+        f"answers are at least {NOTABLE_POINTS} points below the others."
     )
     summary = [
         {**{key: value for key, value in row.items() if key != "label"}, "points_lower": points_lower(row)}
