@@ -135,9 +135,10 @@ def test_the_grids_split_is_shown_seed_by_seed_per_k_and_variant_and_only_where_
     one = summary[0]
     assert one["seeds"] == [1, 2] and one["conflict_answers"] == [0.50, 0.40]
     assert one["points_lower"] == pytest.approx([5.0, 45.0]) and one["median_points_lower"] == pytest.approx(25.0)
-    table = dict(blocks)["table"]
-    assert list(table["Model"]) == ["1 head", "4 heads"]
+    table, digits = [content for kind, content in blocks if kind == "table"]
+    assert list(table["Model"]) == list(digits["Model"]) == ["1 head", "4 heads"]
     assert list(table["Conflict >= 10 points lower"]) == ["1 of 2", "0 of 2"]
     assert table["Conflict answers, %"][0] == "50, 40"
+    assert set(digits.columns) == {"k", "Model", "Recent clue's digit, %", "Old clue's digit, %"}
     assert "(30% of the answers at k = 2)" in dict(blocks)["text"]
     assert answer_type_blocks(models, {}, ["1", "4"], [1, 2], {}) == ([], [])

@@ -51,10 +51,11 @@ def points_lower(row: dict) -> list[float]:
     ]
 
 
-def answer_type_table(rows: list[dict]) -> pd.DataFrame:
-    def listed(values: list[float], scale: float = 100) -> str:
-        return ", ".join(f"{scale * value:.0f}" for value in values)
+def listed(values: list[float], scale: float = 100) -> str:
+    return ", ".join(f"{scale * value:.0f}" for value in values)
 
+
+def answer_type_table(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "k": [str(r["k"]) for r in rows],
@@ -65,8 +66,19 @@ def answer_type_table(rows: list[dict]) -> pd.DataFrame:
             f"Conflict >= {NOTABLE_POINTS} points lower": [
                 f"{sum(gap >= NOTABLE_POINTS for gap in points_lower(r))} of {len(r['seeds'])}" for r in rows
             ],
-            "Recent digit, %": [listed(r["recent_digit"]) for r in rows],
-            "Old digit, %": [listed(r["old_digit"]) for r in rows],
+        }
+    )
+
+
+def digit_table(rows: list[dict]) -> pd.DataFrame:
+    """Within conflict answers, per seed: how often the recent and the old clue's digit are right
+    (a table of its own, so that neither is wider than a page)."""
+    return pd.DataFrame(
+        {
+            "k": [str(r["k"]) for r in rows],
+            "Model": [r["label"] for r in rows],
+            "Recent clue's digit, %": [listed(r["recent_digit"]) for r in rows],
+            "Old clue's digit, %": [listed(r["old_digit"]) for r in rows],
         }
     )
 
@@ -84,11 +96,11 @@ def answer_type_blocks(models: list[dict], answers: dict[str, dict], variants, k
         "The test answers of the grid's models split by type (the answers stage): conflict answers hold one clue "
         "at most 2 tokens before the query and another at least 10 back, where one recency slope cannot serve "
         f"both ({shares}); the others are the rest. Per seed ({seeds}), in percent: whole-answer "
-        "accuracy, accuracy on each type, and within conflict answers how often the recent clue's digit and the "
-        f"old clue's are right. A model that cannot serve both slopes loses mostly conflict answers, and within "
-        "them the old clue's digit; so does one that has learned the recent clues and not yet the old ones, so a "
-        "deficit alone does not tell a limit from a training under way. The count column: seeds whose conflict "
-        f"answers are at least {NOTABLE_POINTS} points below the others."
+        "accuracy and accuracy on each type (the first table), and within conflict answers how often the recent "
+        "clue's digit and the old clue's are right (the second). A model that cannot serve both slopes loses "
+        "mostly conflict answers, and within them the old clue's digit; so does one that has learned the recent "
+        "clues and not yet the old ones, so a deficit alone does not tell a limit from a training under way. The "
+        f"count column: seeds whose conflict answers are at least {NOTABLE_POINTS} points below the others."
     )
     summary = [
         {**{key: value for key, value in row.items() if key != "label"}, "points_lower": points_lower(row)}
@@ -100,4 +112,5 @@ def answer_type_blocks(models: list[dict], answers: dict[str, dict], variants, k
         ("heading", "Which answers the grid gets wrong"),
         ("text", note),
         ("table", answer_type_table(rows)),
+        ("table", digit_table(rows)),
     ], summary
