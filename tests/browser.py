@@ -88,3 +88,70 @@ def check_page(html: Path, scratch: Path, width: int = 1280) -> dict:
     match = re.search(r"data-check=\"([^\"]*)\"", dom)
     assert match, "the check script did not run"
     return json.loads(match.group(1).replace("&quot;", '"'))
+
+
+def devtools_pipe_on_3_and_4(reads: int, writes: int) -> None:
+    """In the child before exec: the pipe's ends on the descriptors Chromium reads (3) and writes
+    (4), inheritable. Moved up first, as either end may already be 3 or 4."""
+    import os
+
+    reads, writes = os.dup(reads), os.dup(writes)
+    for source, target in ((reads, 3), (writes, 4)):
+        os.dup2(source, target, inheritable=True)
+
+
+def evaluate_in_page(url: str, expression: str, size: tuple[int, int], settle_s: float = 20.0) -> object:
+    """Open url in headless Chromium at size (width, height), let the page run for settle_s, then
+    evaluate a JavaScript expression in it and return its value. Talks the DevTools protocol over
+    Chromium's --remote-debugging-pipe (file descriptors 3 and 4, NUL-separated JSON): what a page
+    lays out, where --dump-dom gives only its markup."""
+    import os
+    import time
+
+    to_browser_read, to_browser = os.pipe()
+    from_browser, from_browser_write = os.pipe()
+    browser = subprocess.Popen(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--remote-debugging-pipe"],
+        preexec_fn=lambda: devtools_pipe_on_3_and_4(to_browser_read, from_browser_write),
+        close_fds=False,  # closing the child's other descriptors would close 3 and 4 too
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(to_browser_read)
+    os.close(from_browser_write)
+    pending = b""
+    calls = iter(range(1, 1_000_000))
+
+    def call(method: str, session: str | None = None, **params) -> dict:
+        nonlocal pending
+        number = next(calls)
+        message = {"id": number, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(to_browser, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in pending:
+                chunk = os.read(from_browser, 1 << 16)
+                assert chunk, "Chromium closed its DevTools pipe"
+                pending += chunk
+            raw, pending = pending.split(b"\0", 1)
+            answer = json.loads(raw)
+            if answer.get("id") == number:
+                assert "error" not in answer, answer
+                return answer["result"]
+
+    try:
+        width, height = size
+        target = call("Target.createTarget", url="about:blank", width=width, height=height)["targetId"]
+        session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        call(
+            "Emulation.setDeviceMetricsOverride", session, width=width, height=height, deviceScaleFactor=1, mobile=False
+        )
+        call("Page.navigate", session, url=url)
+        time.sleep(settle_s)
+        found = call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in found, found
+        return found["result"].get("value")
+    finally:
+        browser.kill()
+        browser.wait(timeout=60)
+        os.close(to_browser)
+        os.close(from_browser)

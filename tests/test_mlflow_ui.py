@@ -13,15 +13,17 @@ link) is the way into the runs table."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from types import SimpleNamespace
 
 import pytest
-from browser import chromium, run_chromium
-from conftest import served_mlflow
+from browser import chromium, evaluate_in_page, run_chromium
+from conftest import ROOT, served_mlflow
 from mlflow.entities import Metric, Param, RunStatus
 
-from headstudy.bookkeeping import store
+from headstudy.analysis.sections.comparisons import answer_line
+from headstudy.bookkeeping import store, tracking
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +52,9 @@ def ui(tmp_path_factory):
             patch.setenv(store.UI_VARIABLE, url)
             readme_link = store.ui_url()
             assert readme_link.startswith(f"{url}/#/experiments/{experiment}/runs?"), readme_link
-            yield SimpleNamespace(url=url, experiment=experiment, kind=kind, readme_link=readme_link)
+            yield SimpleNamespace(
+                url=url, experiment=experiment, kind=kind, readme_link=readme_link, folder=folder, patch=patch
+            )
 
 
 def rendered(url: str) -> str:
@@ -112,3 +116,36 @@ def test_the_readme_link_opens_the_results_view_of_the_runs_table_in_model_train
     # The saved view "headstudy results" and its columns: test/ppl is no default column.
     assert opened.saved_view, opened
     assert {"metrics.`test/ppl`", "params.`variant`"} <= opened.columns, opened
+
+
+def test_the_link_the_report_prints_opens_on_the_committed_answer_without_scrolling(ui, capsys):
+    """The report stage's closing line, of the committed default study's summary, opened at
+    1600 x 1000: the three comparisons, estimates and intervals, are laid out inside the first
+    screen of the study run's page, above the fold of its description."""
+    summary = json.loads((ROOT / "reports/summary.json").read_text())
+    headline = [answer_line(comparison) for comparison in summary["comparisons"]]
+    (ui.folder / "results.html").write_text("<html><body>the report</body></html>\n")
+    ui.patch.setenv("DVC_STAGE", "report")  # as DVC runs it: the study's experiment
+    tracking.log_study_report([ui.folder / "results.html"], summary, headline)
+    [printed] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("report: logged")]
+    link = printed.rsplit(" ", 1)[1]
+    assert link.startswith(f"{ui.url}/#/experiments/{ui.experiment}/runs/"), printed
+
+    where = """(() => {
+      const lines = %s;
+      const leaves = [...document.querySelectorAll('body *')].filter(e => e.children.length === 0);
+      // The description folds behind a gradient where it is longer than a few lines.
+      const fold = document.querySelector('[data-testid="truncation-gradient"]');
+      const folded = fold ? fold.getBoundingClientRect().top : Infinity;
+      return lines.map(line => leaves.filter(e => e.textContent.includes(line)).map(e => {
+        const box = e.getBoundingClientRect();
+        return {top: box.top, bottom: box.bottom, right: box.right, folded: box.bottom > folded};
+      }));
+    })()"""
+    # Each line's opening words and its interval, as the report's headline box writes them.
+    wanted = [line.split(":")[0] for line in headline] + [re.search(r"\[[^]]*\]", line).group(0) for line in headline]
+    boxes = evaluate_in_page(link, where % json.dumps(wanted), (1600, 1000))
+    for text, found in zip(wanted, boxes, strict=True):
+        assert found, f"{text!r} is not on the study run's page"
+        seen = [box for box in found if 0 <= box["top"] and box["bottom"] <= 1000 and box["right"] <= 1600]
+        assert any(not box["folded"] for box in seen), (text, found)

@@ -171,7 +171,7 @@ def lr_study(tmp_path, finals: dict[str, list[float]], lrs: list[float]):
 def test_the_learning_rate_study_selects_each_variant_s_lowest_final_validation_perplexity(tmp_path):
     lrs = [0.0015, 0.003, 0.006, 0.012]
     config = lr_study(tmp_path, {"1": [22.0, 21.0, 20.5, 20.9], "4": [23.0, 22.0, 21.0, 20.4]}, lrs)
-    summary = report.report(config)
+    summary, _ = report.report(config)
     written = json.loads((tmp_path / "reports/summary.json").read_text())
     assert written["selected_lr"] == {"1": 0.006, "4": 0.012}
     assert written["selected_val_ppl"] == {"1": 20.5, "4": 20.4}
@@ -191,7 +191,7 @@ def test_each_compared_pair_is_also_shown_at_every_learning_rate_both_trained_at
     lrs = [0.003, 0.006, 0.012]
     config = lr_study(tmp_path, {"1": [20.0, 22.0, 44.0], "4": [19.0, 19.8, 20.0]}, lrs)
     config.report.compare = [[1, 4]]
-    summary = report.report(config)
+    summary, _ = report.report(config)
     by_lr = summary["at_shared_lr"]["4 heads against 1 head"]
     expected = {"0.003": math.log(19.0 / 20.0), "0.006": math.log(19.8 / 22.0), "0.012": math.log(20.0 / 44.0)}
     assert {lr: values for lr, values in by_lr.items()} == {lr: [pytest.approx(v)] for lr, v in expected.items()}

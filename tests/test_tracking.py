@@ -126,7 +126,9 @@ def study(tmp_path_factory):
         patch.delenv("HEADSTUDY_CONF", raising=False)
         patch.setenv("DVC_EXP_NAME", EXPERIMENT_NAME)
         patch.setenv("DVC_STAGE", "report")
-        tracking.log_study_report([project / "reports/results.html", project / "reports/summary.json"], summary)
+        tracking.log_study_report(
+            [project / "reports/results.html", project / "reports/summary.json"], summary, ["the answer"]
+        )
 
     log_file = tmp_path_factory.mktemp("server") / "server.log"
     with served_mlflow(f"sqlite:///{project / 'mlflow.db'}", log_file) as url:
@@ -145,7 +147,7 @@ def test_a_report_made_by_hand_logs_to_the_by_hand_experiment_not_the_studies(tm
     (tmp_path / "results.html").write_text("<html><body>by hand</body></html>\n")
     summary = {"rows": [{"variant": "1", "test_ppl_mean": 40.0}, {"variant": "4", "test_ppl_mean": 30.0}]}
 
-    run_id = tracking.log_study_report([tmp_path / "results.html"], summary)
+    run_id = tracking.log_study_report([tmp_path / "results.html"], summary, ["4 heads against 1 head: -25.0%"])
 
     mlflow_client = mlflow.tracking.MlflowClient(uri)
     run = mlflow_client.get_run(run_id)
@@ -271,7 +273,7 @@ def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(
     test_ppl = {metric["key"]: metric["value"] for metric in runs["h1-s0"]["data"]["metrics"]}["test/ppl"]
     # As analysis.rendering.headline names them: 4 heads against 1 in percent, negative when 4 heads are better.
     assert metrics["test_ppl/1"] == dashboard.significant(test_ppl)
-    assert metrics["change_pct/4_vs_1/per_token_ci95_low"] < metrics["change_pct/4_vs_1/per_token"] < 0
+    assert metrics["change_pct/4_vs_1/per_token_ci95_lower"] < metrics["change_pct/4_vs_1/per_token"] < 0
     assert "seeds" not in " ".join(metrics)
 
     def artifacts(run) -> set[str]:
@@ -346,8 +348,8 @@ def test_the_dashboard_leads_with_test_perplexity_and_the_comparisons_cis_groupe
         "test_ppl/1",
         "test_ppl/4",
         "change_pct/4_vs_1/per_token",
-        "change_pct/4_vs_1/per_token_ci95_low",
-        "change_pct/4_vs_1/per_token_ci95_high",
+        "change_pct/4_vs_1/per_token_ci95_lower",
+        "change_pct/4_vs_1/per_token_ci95_upper",
     ]
     dashboard.save_results_view(mlflow_client, experiment_id, headline_keys)
     state = json.loads(

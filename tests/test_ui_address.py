@@ -89,15 +89,16 @@ def test_the_report_line_names_the_ui_in_use_and_how_to_start_it(shell, tmp_path
     for name in ("DVC_STAGE", "DVC_EXP_NAME"):
         shell.delenv(name, raising=False)
     (tmp_path / "results.html").write_text("<html><body>by hand</body></html>\n")
-    run_id = tracking.log_study_report([tmp_path / "results.html"], {"rows": [{"variant": "1", "test_ppl_mean": 40.0}]})
+    run_id = tracking.log_study_report(
+        [tmp_path / "results.html"], {"rows": [{"variant": "1", "test_ppl_mean": 40.0}]}, ["one variant"]
+    )
 
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("report: logged")]
     experiment = MlflowClient().get_run(run_id).info.experiment_id
     assert f"`mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5004`, then " in line, line
-    link = store.ui_url(experiment=experiment)
-    assert link.startswith(f"http://127.0.0.1:5004/#/experiments/{experiment}/runs?") and line.endswith(f" {link}"), (
-        line
-    )
+    link = store.ui_url(run_id)  # the study run's page, whose description is the answer
+    assert link.startswith(f"http://127.0.0.1:5004/#/experiments/{experiment}/runs/{run_id}?"), link
+    assert line.endswith(f" {link}"), line
 
 
 @pytest.mark.parametrize(

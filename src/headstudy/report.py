@@ -27,6 +27,7 @@ from headstudy.analysis.rendering.render import to_html, to_markdown
 from headstudy.analysis.rendering.wording import interval, label, mid_sentence
 from headstudy.analysis.sections.budget import budget_section, evidence_curves, no_answer
 from headstudy.analysis.sections.comparisons import (
+    answer_line,
     comparison_blocks,
     comparisons,
     exp_show_columns,
@@ -345,7 +346,8 @@ def learning_rate_report(
     }
 
 
-def report(config: DictConfig) -> dict:
+def report(config: DictConfig) -> tuple[dict, list[str]]:
+    """Write the report's files; its summary and its answer in short lines (a comparison each)."""
     study, settings = OmegaConf.to_container(config.study), OmegaConf.to_container(config.report)
     models = OmegaConf.to_container(config.models)
     build = learning_rate_report if study.get("lrs") else study_report
@@ -357,13 +359,17 @@ def report(config: DictConfig) -> dict:
     write_metric_files(reports_dir / "metrics", metric_files(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
     write_atomically(reports_dir / "results.html", to_html(blocks, settings["title"]))
-    return summary
+    if summary.get("no_answer"):
+        return summary, [summary["no_answer"]]
+    if summary.get("comparisons"):
+        return summary, [answer_line(comparison) for comparison in summary["comparisons"]]
+    return summary, next((lines for kind, lines in blocks if kind == "headline"), [])
 
 
 def main(config: DictConfig) -> None:
     guards.refuse_pipeline_outputs(config, "reports")
-    summary = report(config)
+    summary, headline = report(config)
     reports = Path(config.paths.reports)
     tracking.log_study_report(
-        [reports / name for name in ("results.html", "results.md", "summary.json", "figures")], summary
+        [reports / name for name in ("results.html", "results.md", "summary.json", "figures")], summary, headline
     )

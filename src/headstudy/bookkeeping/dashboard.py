@@ -54,10 +54,10 @@ def save_results_view(mlflow_client: MlflowClient, experiment: str, extra_metric
 def dashboard_metrics(metrics: dict[str, float]) -> list[str]:
     """The headline's keys the view shows, in the order it shows them: each variant's test
     perplexity, then each comparison's per-token change followed by its 95% CI."""
-    order = {"": 0, "_ci95_low": 1, "_ci95_high": 2}
+    order = {"": 0, "_ci95_lower": 1, "_ci95_upper": 2}
 
     def place(key: str) -> tuple:
-        stem = key.removesuffix("_ci95_low").removesuffix("_ci95_high")
+        stem = key.removesuffix("_ci95_lower").removesuffix("_ci95_upper")
         return (not key.startswith("test_ppl/"), stem, order[key[len(stem) :]])
 
     return sorted((key for key in metrics if key.startswith("test_ppl/") or "/per_token" in key), key=place)

@@ -326,9 +326,9 @@ def leave_study_run(run_id: str) -> None:
     mlflow_client.set_terminated(run_id, RunStatus.to_string(status))
 
 
-def log_study_report(artifacts: list[Path], summary: dict) -> str:
+def log_study_report(artifacts: list[Path], summary: dict, headline: list[str]) -> str:
     """The report's files (a folder keeps its name) and its numbers (analysis.rendering.headline.report_metrics) on this
-    study execution's parent run; then close that run."""
+    study execution's parent run, its answer (a line per comparison) as the run's description; then close that run."""
     run_id = open_study_run()
     mlflow_client = client()
     from headstudy.analysis.rendering.headline import report_metrics
@@ -336,6 +336,10 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
     metrics = report_metrics(summary)
     # At 4 significant digits, as a reader compares them: summary.json keeps the exact values.
     log_metrics(run_id, {key: significant(value) for key, value in metrics.items()})
+    # The run's page shows its description on the first screen, about five lines of it before it
+    # folds: the answer goes there, for a reader arriving from the printed link.
+    if headline:
+        mlflow_client.set_tag(run_id, MLFLOW_RUN_NOTE, "\n".join(f"- {line}" for line in headline))
     for path in map(Path, artifacts):
         if path.is_dir():
             mlflow_client.log_artifacts(run_id, str(path), path.name)
@@ -348,7 +352,7 @@ def log_study_report(artifacts: list[Path], summary: dict) -> str:
     whose = "the study's" if in_pipeline() else f"the {BY_HAND_EXPERIMENT} experiment's"
     command = ui_command()
     opening = f"; `{command}`, then " if command else ": "
-    print(f"report: logged to {whose} MLflow run {run_id}{opening}{ui_url(experiment=experiment)}")
+    print(f"report: logged to {whose} MLflow run {run_id}{opening}{ui_url(run_id)}")
     return run_id
 
 

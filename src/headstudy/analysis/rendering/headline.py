@@ -6,7 +6,8 @@
   the seeds' differences are not normal, as the report's verdict states it. DVC tabulates a row
   per file and a column per key, so the table keeps three columns however many variants and
   comparisons a study has.
-- report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_low`), for the study's MLflow run.
+- report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_lower`), for the study's MLflow run: the
+  comparisons first, as the report's headline gives them, each lower bound before its upper one.
 
 Negative changes mean B is better than A."""
 
@@ -33,8 +34,8 @@ def percent_changes(result: dict) -> dict:
         if key in result:
             found[unit] = 100 * result[key]
             low, high = result.get(f"{key}_ci95") or (result.get(f"{key}_ci95_low"), result.get(f"{key}_ci95_high"))
-            found[f"{unit}_ci95_low"] = None if low is None else 100 * low
-            found[f"{unit}_ci95_high"] = None if high is None else 100 * high
+            found[f"{unit}_ci95_lower"] = None if low is None else 100 * low
+            found[f"{unit}_ci95_upper"] = None if high is None else 100 * high
     return found
 
 
@@ -61,17 +62,17 @@ def answered(summary: dict, key: str):
 
 
 def report_metrics(summary: dict) -> dict[str, float]:
-    """`test_ppl/VARIANT` (geometric mean over seeds); `change_pct/B_vs_A/per_token` and
-    `per_word`, each with `_ci95_low` and `_ci95_high`; the 2 x 2's `contrast_pct/NAME/...`; a
-    learning-rate study's `selected_lr/VARIANT`. No change or contrast where the models are
-    undertrained."""
+    """In the order a run's page lists them: `change_pct/B_vs_A/per_token` and `per_word`, each
+    with `_ci95_lower` and `_ci95_upper`, in the headline's order; the 2 x 2's
+    `contrast_pct/NAME/...`; `test_ppl/VARIANT` (geometric mean over seeds); a learning-rate
+    study's `selected_lr/VARIANT`. No change or contrast where the models are undertrained."""
     return numeric_leaves(
         {
-            "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
             "change_pct": {
                 f"{c['variant_b']}_vs_{c['variant_a']}": percent_changes(c) for c in answered(summary, "comparisons")
             },
             "contrast_pct": {name: percent_changes(c) for name, c in (answered(summary, "contrasts") or {}).items()},
+            "test_ppl": {row["variant"]: row["test_ppl_mean"] for row in summary.get("rows", [])},
             "selected_lr": summary.get("selected_lr") or {},
         }
     )
@@ -91,7 +92,7 @@ def per_token(result: dict) -> dict[str, float]:
     """A comparison's per-token change in percent, as a file of reports/metrics/ (the median and
     no CI where the seeds' differences are not normal)."""
     changes = percent_changes(result)
-    return estimate(changes["per_token"], (changes.get("per_token_ci95_low"), changes.get("per_token_ci95_high")))
+    return estimate(changes["per_token"], (changes.get("per_token_ci95_lower"), changes.get("per_token_ci95_upper")))
 
 
 def metric_files(summary: dict) -> dict[str, dict[str, float]]:

@@ -496,6 +496,24 @@ def headline_line(comparison: dict) -> str:
     )
 
 
+def answer_line(comparison: dict) -> str:
+    """headline_line in one short line, for the study run's description in MLflow, whose page
+    shows about five lines of it before folding the rest away."""
+    a, b, n = comparison["a"], comparison["b"], len(comparison["seeds"])
+    if n < 2:
+        return f"{b} against {a}: {comparison['relative']:+.1%} per token (one seed: no interval)"
+    if not comparison["normal"]:
+        median = comparison["median"]
+        change, interval = f"median {median['relative']:+.1%}", f"{median['coverage']:.1%} interval"
+        bounds = median["relative_ci95"]
+    else:
+        change, interval, bounds = f"{comparison['relative']:+.1%}", "95% CI", comparison["relative_ci95"]
+    return (
+        f"{b} against {a}: {change} per token, {interval} {percent_interval(*bounds)}; "
+        f"better in {comparison['b_better_in']} of {n} seeds"
+    )
+
+
 def comparison_blocks(found: list[dict], settings: dict, tokens_per_word: float, unanswered: str | None = None) -> list:
     """The comparisons section; where the models are undertrained (`unanswered`, the reason), it
     says so before any number and states no verdict."""
