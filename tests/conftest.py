@@ -152,10 +152,14 @@ LONGEST_FIRST = [
 
 
 def pytest_collection_modifyitems(items):
-    """The longest files first, then the other files with slow tests, then the rest; each file's
+    """Every test not marked slow is marked quick (`pytest -m quick`, the loop before a commit).
+    The longest files first, then the other files with slow tests, then the rest; each file's
     tests in their own order: parallel workers, one file at a time, start on the long files and
     finish close together."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    for item in items:
+        if not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.quick)
 
     def rank(item) -> tuple[int, int]:
         if item.path.name in LONGEST_FIRST:
@@ -194,6 +198,8 @@ def served_mlflow(backend_uri: str, log_file: Path, *options: str) -> Iterator[s
                 "1",
             ],
             cwd=log_file.parent,
+            # Without its job runner (GenAI evaluation jobs): eight fewer processes, half the start.
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -161,6 +161,7 @@ def untrained_model_of_the_task(tmp_path, monkeypatch, command: str) -> tuple[li
     return folders, config, model
 
 
+@pytest.mark.slow
 def test_ablate_writes_each_heads_effect_on_each_digit(tmp_path, monkeypatch):
     folders, config, model = untrained_model_of_the_task(tmp_path, monkeypatch, "score")
     name, prepared = config.name, tmp_path / "prepared"

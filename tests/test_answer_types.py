@@ -88,6 +88,7 @@ def test_a_model_that_loses_the_old_digit_of_conflict_answers_fails_exactly_thos
     assert result["accuracy"] == pytest.approx(1 - conflict.mean())
 
 
+@pytest.mark.slow
 def test_answers_writes_the_split_of_one_model(tmp_path, monkeypatch):
     folders, config, _ = untrained_model_of_the_task(tmp_path, monkeypatch, "answers")
     name = config.name

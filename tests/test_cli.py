@@ -60,6 +60,7 @@ def test_command_help_shows_what_the_given_overrides_compose_and_what_conf_says_
     assert any(line.split()[:1] == ["val_every_steps=300"] and "resume checkpoint" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_help_is_wrapped_to_the_terminal():
     for columns in (70, 120):
         result = subprocess.run(

@@ -80,6 +80,7 @@ def test_every_stage_command_has_a_fingerprint():
     assert set(COMMANDS) == {*STAGES, "configure"}
 
 
+@pytest.mark.slow
 def test_committed_fingerprints_are_those_of_the_committed_code():
     for command in COMMANDS:
         path = ROOT / "fingerprints" / f"{command}.txt"
@@ -179,6 +180,7 @@ def test_a_fingerprint_ignores_layout_moves_renames_and_unreached_code_but_not_a
     assert text["changed"] != text["original"]
 
 
+@pytest.mark.slow
 def test_moving_train_into_another_folder_changes_no_fingerprint(tmp_path):
     """train.py moved into a package of its own (its one importer, reproduce.py, follows)."""
     source = tmp_path / "src"

@@ -220,6 +220,7 @@ def test_tiny_budgets_train(work):
     assert_nothing_half_written(work)
 
 
+@pytest.mark.slow
 def test_train_refuses_a_vocabulary_other_than_the_prepared_tokenizer(work):
     before = len(runs(work))
     result = headstudy(work, "train", *DATA, *TINY, "seed=30", "data.vocab_size=1024")
@@ -329,6 +330,7 @@ def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected,
     assert not (work / f"metrics-{damage.__name__}").exists()
 
 
+@pytest.mark.slow
 def test_a_tracking_store_that_cannot_be_opened_is_one_line(work, tmp_path):
     store = tmp_path / "not-a-store.db"
     store.write_text("this is not an SQLite database\n")

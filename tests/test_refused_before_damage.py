@@ -308,6 +308,7 @@ def report_inputs(study, tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_a_report_by_hand_with_an_input_missing_writes_nothing(report_inputs, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     (report_inputs / "heads.json").unlink()  # inspect's, read last of all by the report
@@ -317,6 +318,7 @@ def test_a_report_by_hand_with_an_input_missing_writes_nothing(report_inputs, ca
     assert files_in(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_the_report_refuses_a_nan_in_a_validation_curve(report_inputs, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     study = yaml.safe_load((ROOT / "params.yaml").read_text())["study"]
@@ -330,6 +332,7 @@ def test_the_report_refuses_a_nan_in_a_validation_curve(report_inputs, capsys, m
     assert files_in(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_the_report_opens_the_store_before_it_writes(report_inputs, capsys, monkeypatch, tmp_path):
     (tmp_path / "broken.db").write_text("no database")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'broken.db'}")
@@ -338,6 +341,7 @@ def test_the_report_opens_the_store_before_it_writes(report_inputs, capsys, monk
     assert files_in(report_inputs) == before  # (the store's lock file beside it is the store's)
 
 
+@pytest.mark.slow
 def test_a_report_outside_the_project_refuses_figures_that_are_not_in_it(report_inputs, capsys, monkeypatch, tmp_path):
     """heads.json as the pipeline wrote it names reports/figures/heads/...: not this folder's."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

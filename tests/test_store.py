@@ -81,6 +81,7 @@ def store(tmp_path, monkeypatch) -> str:
     return uri
 
 
+@pytest.mark.slow
 def test_a_command_killed_while_it_migrates_a_new_store_leaves_the_next_command_a_working_store(tmp_path, store):
     env = {**os.environ, "HEADSTUDY_CONF": str(ROOT / "conf")}
     killed = subprocess.run(
@@ -105,6 +106,7 @@ def test_a_command_killed_while_it_migrates_a_new_store_leaves_the_next_command_
     ]  # and no staged copy left beside it
 
 
+@pytest.mark.slow
 def test_a_dataset_another_process_logs_between_mlflows_lookup_and_insert_is_the_inputs_of_both(
     store, small_corpus, monkeypatch
 ):
@@ -134,6 +136,7 @@ def test_a_dataset_another_process_logs_between_mlflows_lookup_and_insert_is_the
         assert [(item.dataset.name, item.dataset.digest) for item in inputs] == [("corpus-prepared", "0" * 16)]
 
 
+@pytest.mark.slow
 def test_a_store_whose_lock_file_cannot_be_created_is_refused_at_once(tmp_path):
     uri = "sqlite:////proc/x.db"
     started = time.monotonic()
@@ -197,6 +200,7 @@ def test_a_server_that_is_down_is_refused_within_seconds(monkeypatch):
     assert "\n" not in message
 
 
+@pytest.mark.slow
 def test_a_password_in_the_store_uri_never_shows_in_a_message(tmp_path):
     uri = f"postgresql://analyst:s3cret-pw@127.0.0.1:{free_port()}/runs"
     result = headstudy(tmp_path, "reproduce", "0123456789abcdef", timeout=90, MLFLOW_TRACKING_URI=uri)

@@ -102,6 +102,7 @@ def test_every_metrics_file_of_the_default_study_holds_numbers_only():
         assert numbers_only(numbers) and set(numbers) <= {"estimate", "lower95", "upper95"}, path
 
 
+@pytest.mark.slow
 def test_dvc_metrics_show_leads_with_the_default_study_and_gives_each_study_a_screen_of_120_columns():
     """The answer at a glance: a row per number, its estimate and 95% CI, nothing wider than a
     terminal, the default study's rows first, and each study's rows within one screen of 30 lines
@@ -144,6 +145,7 @@ def test_the_readme_states_each_protocol_s_answer_as_the_committed_reports_give_
         assert table in readme
 
 
+@pytest.mark.slow
 def test_every_committed_lock_matches_the_committed_code_and_settings():
     """A stage whose code, config or params differ from what its dvc.lock recorded has stale
     committed results, and a committed output that differs from its lock entry is not what that
@@ -164,6 +166,7 @@ def test_every_committed_lock_matches_the_committed_code_and_settings():
     assert not stale, "rerun these stages with `dvc repro -s` and commit their locks: " + json.dumps(stale, indent=1)
 
 
+@pytest.mark.slow
 def test_dvc_plots_show_draws_one_validation_curve_plot_per_study_not_one_per_model():
     command = [sys.executable, "-m", "dvc", "plots", "show", "--json"]
     shown = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)

@@ -117,6 +117,7 @@ def test_an_address_that_is_no_address_is_one_line_before_the_store_is_opened(sh
     assert not database.exists()
 
 
+@pytest.mark.slow
 def test_a_command_refuses_a_bad_ui_address_in_one_line(tmp_path):
     result = headstudy(tmp_path, "reproduce", "0123456789abcdef", timeout=90, HEADSTUDY_MLFLOW_UI="localhost:5001")
     assert_refused(result, "reproduce", "HEADSTUDY_MLFLOW_UI='localhost:5001'", "http://HOST:PORT")
