@@ -18,11 +18,14 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
+import matplotlib
 import mlflow
 import pytest
 import torch
 import yaml
+from browser import chromium, run_chromium
 from conftest import ROOT, default_interrupt, default_signals, served_mlflow
+from matplotlib.colors import to_hex
 from tinyproject import set_threads
 
 from headstudy.analysis.rendering.headline import report_metrics
@@ -301,8 +304,9 @@ def test_dvc_plots_show_every_variant_of_the_study_and_need_no_network(tmp_path)
     shutil.copy(ROOT / "params.yaml", project)
     command(project, "git", "init", "-q")
     command(project, "dvc", "init", "-q")
-    for name in ("config", "plots-offline.html"):
-        shutil.copy(ROOT / ".dvc" / name, project / ".dvc" / name)
+    for name in ("config", "plots-offline.html", "plots"):
+        copy = shutil.copytree if (ROOT / ".dvc" / name).is_dir() else shutil.copy
+        copy(ROOT / ".dvc" / name, project / ".dvc" / name)
     (project / "reports").mkdir()
     rows = ["tokens," + ",".join(variants), "1000," + ",".join("90.0" for _ in variants)]
     (project / "reports/validation_curves.csv").write_text("\n".join(rows) + "\n")
@@ -316,6 +320,20 @@ def test_dvc_plots_show_every_variant_of_the_study_and_need_no_network(tmp_path)
     page = (project / "dvc_plots/index.html").read_text()
     assert "function vegaEmbed" in page and "vegaEmbed('#reports_validation_curves_csv'" in page
     assert "<script src" not in page and "cdn." not in page
+
+    # As drawn: a line per variant in the study's order, in the report's colours (matplotlib's
+    # default cycle, which the report's figures use in the same order), named by the variant.
+    chromium()
+    drawn = run_chromium("--virtual-time-budget=5000", "--dump-dom", (project / "dvc_plots/index.html").as_uri()).stdout
+    strokes = re.findall(r'<polyline points="[^"]*" fill="none" stroke="([^"]*)"', drawn)
+    report_colours = [to_hex(colour) for colour in matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]]
+    assert strokes == report_colours[: len(variants)], strokes
+    legend = re.findall(r'<text x="\d+(?:\.\d+)?" y="\d+(?:\.\d+)?">([^<]*)</text>', drawn)
+    assert legend[-len(variants) :] == variants, legend
+    assert not [name for name in legend if "workspace" in name], legend
+    assert json.loads((ROOT / ".dvc/plots/variants.json").read_text())["encoding"]["color"]["scale"] == {
+        "scheme": "category10"  # Vega's name for the same ten colours, for a reader's own Vega
+    }
 
 
 def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_them(tmp_path, monkeypatch):

@@ -395,6 +395,7 @@ def perplexity(entry: dict, up: str) -> list[list[str]]:
     chart = [
         *comment("`dvc plots show`: the variants' validation curves in one chart, not one chart per model.", 2),
         "  - reports/validation_curves.csv:",
+        "      template: variants",
         "      x: tokens",
         f"      y: [{', '.join(scalar(name) for name in entry['curves'])}]",
         "      x_label: training tokens",
