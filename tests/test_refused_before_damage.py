@@ -537,3 +537,28 @@ def test_one_number_as_study_rates_trains_every_variant_at_that_rate_but_for_its
         capsys.readouterr()
         main(["config", f"variant={variant}"])
         assert yaml.safe_load(capsys.readouterr().out)["optimizer"]["lr"] == lr, variant
+
+
+def test_the_keys_a_user_changes_are_in_params_yaml_so_dvc_exp_run_sets_them_without_a_plus():
+    """`dvc exp run -S key=value` refuses a key params.yaml lacks (it asks for `+key`): the heads and
+    variants, seeds, learning rate, width and steps of the default study are all there."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for key in ("study.variants", "study.seeds", "study.rates", "model.width", "trainer.max_steps"):
+        section, name = key.split(".")
+        assert name in params[section], key
+
+
+@pytest.mark.parametrize(("width", "expected", "wide_mlp"), [(None, 128, 512 + 64), (256, 256, 512 + 128)])
+def test_a_null_width_is_the_presets_and_a_number_sets_it_with_the_wider_mlp_scaled(
+    study, capsys, width, expected, wide_mlp
+):
+    params = yaml.safe_load(yaml.safe_dump(SMALL))
+    params["model"] = {"preset": "course", "width": width}
+    study(params)
+    capsys.readouterr()
+    main(["config", "variant=1"])
+    assert yaml.safe_load(capsys.readouterr().out)["model"]["width"] == expected
+    main(["config", "variant=1-wide"])
+    wide = yaml.safe_load(capsys.readouterr().out)["model"]
+    # The wider MLP buys the output projection's width^2 + width parameters: 64 units at 128, 128 at 256.
+    assert wide["width"] == expected and wide["mlp_hidden"] == wide_mlp

@@ -129,6 +129,8 @@ def params_overrides(params: dict) -> list[str]:
         for key, value in values.items():
             if GROUP_CHOICES.get(section) == key:
                 overrides.append(f"{section}={value}")
+            elif value is None and section == "model":
+                continue  # `width: null` in params.yaml: the preset's own, so that `dvc exp run -S` finds the key
             else:
                 overrides.append(with_optional_keys(f"{section}.{key}={override_value(value)}"))
     return overrides
