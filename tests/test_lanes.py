@@ -19,9 +19,10 @@ import yaml
 from conftest import assert_nothing_half_written, default_signals
 from tinyproject import REPRODUCED, edit_params, environment, make_project, run
 
+from headstudy.analysis.rendering.render import headline_of, to_markdown
 from headstudy.common.errors import ConfigError
 from headstudy.execution import lanes
-from headstudy.lanes import parse
+from headstudy.lanes import answer, parse
 
 
 def test_lock_order_keeps_the_last_commits_entries_then_follows_dvcs_plan():
@@ -103,6 +104,21 @@ def run_fake(count: int, codes: dict[str, int]):
         return lanes.run(Path("."), [], count, say=said.append, start=FakeLane, plan=plan, order_locks=False), said
     finally:
         assert not FakeLane.running
+
+
+def test_the_lanes_end_on_the_reports_headline_read_back_from_its_markdown(tmp_path, monkeypatch):
+    lines = ["4 heads against 1 head: perplexity -3.5% per token, 95% CI [-3.8%, -3.3%]", "1-mix against 1: +0.1%"]
+    (tmp_path / "studies/s/reports").mkdir(parents=True)
+    markdown = to_markdown([("title", "A study"), ("headline", lines), ("text", "> **not the headline**")], tmp_path)
+    (tmp_path / "studies/s/reports/results.md").write_text(markdown)
+    assert headline_of(markdown) == lines  # not a bold quote further down
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "40")
+    said = answer("studies/s/dvc.yaml")
+    assert said[0] == "lanes: the answer, from studies/s/reports/results.md:"
+    assert all(len(line) <= 40 for line in said[1:]), said
+    assert " ".join(said[1:]).split() == " ".join(lines).split()
+    assert answer("studies/s/dvc.yaml:train@1-1") == [] and answer("dvc.yaml") == []  # a stage; no report here
 
 
 def test_the_stages_find_headstudy_beside_the_lanes_interpreter_and_know_the_lane_count(monkeypatch):
@@ -223,7 +239,10 @@ def plain_repro(reproduced_study) -> Path:
 def test_lanes_write_the_lock_and_outputs_of_a_plain_dvc_repro(plain_repro, tmp_path, count):
     project = make_project(tmp_path / "project", REPRODUCED)
     result = run(project, "headstudy", "lanes", "-j", str(count))
-    assert "lanes: all 10 stages done" in result.stdout
+    # It ends on the report's answer where the report has one; this one compares no pair (the
+    # answer itself: test_the_lanes_end_on_the_reports_headline_read_back_from_its_markdown).
+    assert headline_of((project / "reports/results.md").read_text()) == []
+    assert result.stdout.splitlines()[-1] == "lanes: all 10 stages done", result.stdout[-500:]
     if count == 1:
         assert (project / "dvc.lock").read_text() == (plain_repro / "dvc.lock").read_text()
         assert tree_digests(project) == tree_digests(plain_repro)

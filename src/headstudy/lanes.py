@@ -12,7 +12,9 @@ How it works: execution/lanes.py."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 from headstudy.common.errors import ConfigError
@@ -41,8 +43,29 @@ def parse(args: list[str]) -> tuple[int, list[str]]:
     return count, targets or ["dvc.yaml"]
 
 
+def answer(target: str) -> list[str]:
+    """What a pipeline's report answers, its headline box, for the lanes' last lines: the report
+    stage may have been up to date and said nothing (a study retrained bit for bit)."""
+    results = Path(target).parent / "reports" / "results.md"
+    if Path(target).name != "dvc.yaml" or not results.is_file():
+        return []
+    from headstudy.analysis.rendering.render import headline_of
+
+    found = headline_of(results.read_text())
+    width = shutil.get_terminal_size().columns
+    wrapped = [
+        part
+        for line in found
+        for part in textwrap.wrap(line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+    ]
+    return [f"lanes: the answer, from {results}:", *wrapped] if found else []
+
+
 def main(args: list[str]) -> None:
     count, targets = parse(args)
     code = lanes.run(Path.cwd(), targets, count)
     if code:
         sys.exit(code)
+    for target in targets:
+        for line in answer(target):
+            print(line, flush=True)

@@ -58,6 +58,18 @@ def with_contents(blocks: list[Block]) -> list[Block]:
     return numbered
 
 
+def headline_of(markdown: str) -> list[str]:
+    """The lines of a report's headline box, read back from its markdown: to_markdown writes the
+    box right after the title, each line as `> **line**`, separated by `>`."""
+    found = []
+    for line in markdown.splitlines()[1:]:
+        if line.startswith("> **") and line.endswith("**"):
+            found.append(line[4:-2])
+        elif line != ">" and (found or line.strip()):
+            break
+    return found
+
+
 def to_markdown(blocks: list[Block], base: Path) -> str:
     out = []
     for kind, content in with_contents(blocks):
