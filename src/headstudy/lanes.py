@@ -7,7 +7,8 @@ runs, runs it and writes its lock entry, and each training uses the study's own 
 lane count changes no result. The lock files end as a plain `PYTHONHASHSEED=0 dvc repro` writes
 them, byte for byte. A failing stage stops new ones from starting, lets those running finish, and
 ends the command with one line naming it; Ctrl-C or SIGTERM stops the stages' commands (a training
-keeps its checkpoint) and DVC records each finished stage; the same command again continues.
+keeps its checkpoint) and DVC records each finished stage; the same command again continues. Done,
+it ends on the answer of each target's report (its headline box), whether or not the report reran.
 How it works: execution/lanes.py."""
 
 from __future__ import annotations
