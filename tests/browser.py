@@ -100,9 +100,10 @@ def devtools_pipe_on_3_and_4(reads: int, writes: int) -> None:
         os.dup2(source, target, inheritable=True)
 
 
-def evaluate_in_page(url: str, expression: str, size: tuple[int, int], settle_s: float = 20.0) -> object:
-    """Open url in headless Chromium at size (width, height), let the page run for settle_s, then
-    evaluate a JavaScript expression in it and return its value. Talks the DevTools protocol over
+def evaluate_in_page(url: str, expression: str, size: tuple[int, int], ready: str, timeout_s: float = 180) -> object:
+    """Open url in headless Chromium at size (width, height), wait until the JavaScript expression
+    `ready` is true (a single-page app renders late, later on a loaded machine; at most timeout_s),
+    then evaluate `expression` in it and return its value. Talks the DevTools protocol over
     Chromium's --remote-debugging-pipe (file descriptors 3 and 4, NUL-separated JSON): what a page
     lays out, where --dump-dom gives only its markup."""
     import os
@@ -146,7 +147,11 @@ def evaluate_in_page(url: str, expression: str, size: tuple[int, int], settle_s:
             "Emulation.setDeviceMetricsOverride", session, width=width, height=height, deviceScaleFactor=1, mobile=False
         )
         call("Page.navigate", session, url=url)
-        time.sleep(settle_s)
+        deadline = time.monotonic() + timeout_s
+        while not call("Runtime.evaluate", session, expression=f"!!({ready})", returnByValue=True)["result"]["value"]:
+            assert time.monotonic() < deadline, f"{url}: not ready ({ready}) within {timeout_s:.0f} s"
+            time.sleep(0.5)
+        time.sleep(1)  # the frame after: layout settled
         found = call("Runtime.evaluate", session, expression=expression, returnByValue=True)
         assert "exceptionDetails" not in found, found
         return found["result"].get("value")

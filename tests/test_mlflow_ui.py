@@ -144,7 +144,8 @@ def test_the_link_the_report_prints_opens_on_the_committed_answer_without_scroll
     })()"""
     # Each line's opening words and its interval, as the report's headline box writes them.
     wanted = [line.split(":")[0] for line in headline] + [re.search(r"\[[^]]*\]", line).group(0) for line in headline]
-    boxes = evaluate_in_page(link, where % json.dumps(wanted), (1600, 1000))
+    shown = f"document.body && document.body.innerText.includes({json.dumps(headline[-1])})"
+    boxes = evaluate_in_page(link, where % json.dumps(wanted), (1600, 1000), ready=shown)
     for text, found in zip(wanted, boxes, strict=True):
         assert found, f"{text!r} is not on the study run's page"
         seen = [box for box in found if 0 <= box["top"] and box["bottom"] <= 1000 and box["right"] <= 1600]
