@@ -142,7 +142,7 @@ def test_the_link_the_report_prints_opens_on_the_committed_answer_without_scroll
         return {top: box.top, bottom: box.bottom, right: box.right, folded: box.bottom > folded};
       }));
     })()"""
-    # Each line's opening words and its interval, as the report's headline box writes them.
+    # Each line's opening words and its interval, as the study run's description gives them.
     wanted = [line.split(":")[0] for line in headline] + [re.search(r"\[[^]]*\]", line).group(0) for line in headline]
     shown = f"document.body && document.body.innerText.includes({json.dumps(headline[-1])})"
     boxes = evaluate_in_page(link, where % json.dumps(wanted), (1600, 1000), ready=shown)
