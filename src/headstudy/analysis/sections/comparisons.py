@@ -475,24 +475,34 @@ def exp_show_columns(found: list[dict]) -> dict:
     return {f"{c['variant_b']}_vs_{c['variant_a']}": flat_numbers({k: c[k] for k in keep}) for c in found}
 
 
+def stated_estimate(comparison: dict) -> tuple[str, float, str, list[float]]:
+    """How the verdict states a comparison of several seeds: ("", the mean's relative change, "95%
+    CI", its bounds), or where the seeds' differences are not normal ("median ", the median's
+    change, the sign test's interval with its coverage, its bounds)."""
+    if comparison["normal"]:
+        return "", comparison["relative"], "95% CI", comparison["relative_ci95"]
+    median = comparison["median"]
+    return "median ", median["relative"], f"{median['coverage']:.1%} interval", median["relative_ci95"]
+
+
 def headline_line(comparison: dict) -> str:
     """One line of the report's headline box: a comparison's per-token change with its CI, or its
     median with the sign test's interval where the seeds' differences are not normal."""
     a, b, n = comparison["a"], comparison["b"], len(comparison["seeds"])
-    change = f"{b} against {a}: perplexity {comparison['relative']:+.1%} per token"
     if n < 2:
-        return f"{change} (one seed: no confidence interval)."
-    if not comparison["normal"]:
-        median = comparison["median"]
         return (
-            f"{b} against {a}: median perplexity {median['relative']:+.1%} per token, {median['coverage']:.1%} "
-            f"interval {percent_interval(*median['relative_ci95'])}; lower for {b} in {comparison['b_better_in']} "
-            f"of {n} seeds, sign test {p_is(comparison['sign_p'])} (the differences are not normal: mean "
-            f"{comparison['relative']:+.1%})."
+            f"{b} against {a}: perplexity {comparison['relative']:+.1%} per token (one seed: no confidence interval)."
         )
+    word, change, interval, bounds = stated_estimate(comparison)
+    line = (
+        f"{b} against {a}: {word}perplexity {change:+.1%} per token, {interval} {percent_interval(*bounds)}; "
+        f"lower for {b} in {comparison['b_better_in']} of {n} seeds"
+    )
+    if comparison["normal"]:
+        return line + "."
     return (
-        f"{change}, 95% CI {percent_interval(*comparison['relative_ci95'])}; lower for {b} in "
-        f"{comparison['b_better_in']} of {n} seeds."
+        f"{line}, sign test {p_is(comparison['sign_p'])} (the differences are not normal: mean "
+        f"{comparison['relative']:+.1%})."
     )
 
 
@@ -502,14 +512,9 @@ def answer_line(comparison: dict) -> str:
     a, b, n = comparison["a"], comparison["b"], len(comparison["seeds"])
     if n < 2:
         return f"{b} against {a}: {comparison['relative']:+.1%} per token (one seed: no interval)"
-    if not comparison["normal"]:
-        median = comparison["median"]
-        change, interval = f"median {median['relative']:+.1%}", f"{median['coverage']:.1%} interval"
-        bounds = median["relative_ci95"]
-    else:
-        change, interval, bounds = f"{comparison['relative']:+.1%}", "95% CI", comparison["relative_ci95"]
+    word, change, interval, bounds = stated_estimate(comparison)
     return (
-        f"{b} against {a}: {change} per token, {interval} {percent_interval(*bounds)}; "
+        f"{b} against {a}: {word}{change:+.1%} per token, {interval} {percent_interval(*bounds)}; "
         f"better in {comparison['b_better_in']} of {n} seeds"
     )
 
