@@ -263,6 +263,29 @@ def test_a_stage_refuses_its_config_file_unless_configure_wrote_it_as_it_is(stud
     assert files_in(Path.cwd()) == before
 
 
+def test_a_stage_refuses_its_config_file_once_params_or_conf_changed_but_not_for_a_comment(study, capsys):
+    """The stage checks the digests configure recorded; params.yaml is compared as parsed, as
+    DVC compares it, and conf/ byte for byte, as DVC hashes it."""
+    study(SMALL)
+    main(["configure"])
+    from headstudy.cli import load_config
+
+    config = "configs/train/h4-s0.yaml"
+    params = Path("params.yaml")
+    params.write_text("# a comment, which DVC does not rerun configure for\n" + params.read_text())
+    assert load_config("train", ["--config", config]).model.n_heads == 4
+    edited = yaml.safe_load(params.read_text())
+    edited["report"]["title"] = "another title"  # not a training setting: still a study that configure did not write
+    params.write_text(yaml.safe_dump(edited))
+    line = refused(capsys, "train", "--config", config)
+    assert f"{config} was written from another params.yaml or conf/" in line and "`dvc repro configure`" in line
+    main(["configure"])
+    assert load_config("train", ["--config", config]).model.n_heads == 4
+    with open("conf/trainer/default.yaml", "a") as conf:
+        conf.write("# a comment\n")
+    assert "changed since" in refused(capsys, "evaluate", "--config", config)
+
+
 def test_a_stage_reads_its_config_file_as_configure_wrote_it(study, capsys):
     study(SMALL)
     main(["configure"])

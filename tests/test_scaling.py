@@ -171,6 +171,10 @@ def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, sma
     assert experiment.artifact_location.startswith("mlflow-artifacts:")  # served, not a local path
     [tracked] = client.search_runs([experiment.experiment_id])
     assert_every_metric_recorded(client, tracked)
+    # By hand, the run's address on a line of its own (a terminal's width never cuts it), on the server in use.
+    [link] = [line for line in result.stdout.splitlines() if "MLflow run" in line]
+    page = f"{mlflow_server}/#/experiments/{experiment.experiment_id}/runs/{tracked.info.run_id}"
+    assert link == f"train: MLflow run {page}?workflowType=machine_learning", result.stdout
     record = json.loads((tmp_path / "models/h1-s0/run.json").read_text())
     assert tracked.data.tags["weights.sha256"] == record["weights_sha256"]
     downloaded = client.download_artifacts(tracked.info.run_id, "model.pt", str(tmp_path / "download"))

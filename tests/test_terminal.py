@@ -70,8 +70,10 @@ def test_each_training_of_a_study_says_which_of_n_it_is_without_lightning_boiler
         for line in BOILERPLATE:
             assert line not in output, output
     assert "train: study: 1 of 2 trainings left" in outputs[0]
-    # How to serve the runs' addresses is said once, by the study's report, not by every training.
-    assert not any("`mlflow ui" in output for output in outputs), outputs
+    # How to serve the runs' addresses, and the address, are said once, by the study's report, not
+    # by every training: no training line that a 120-column terminal would wrap.
+    assert not any("`mlflow ui" in output or "://" in output for output in outputs), outputs
+    assert "train: h4-s0: " in outputs[1] and ", model in " in outputs[1], outputs[1]
 
 
 def test_a_training_by_hand_has_no_study_position(monkeypatch):

@@ -10,6 +10,7 @@ every file is composed and checked."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -19,13 +20,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from headstudy.analysis.gap_share import check_share
 from headstudy.common.errors import ConfigError
-from headstudy.common.files import staged_folder
+from headstudy.common.files import read_json, staged_folder, write_json
 from headstudy.formats.names import model_name, parse_variant, task_folder
 from headstudy.formats.runconfig import config_text, training_section
 from headstudy.settings.compose import (
     PARAMS_FILE,
     check_variant_settings,
     compose_config,
+    conf_dir,
     is_number,
     precision_warning,
     read_params,
@@ -34,6 +36,7 @@ from headstudy.settings.compose import (
 )
 
 CONFIGS = Path("configs")
+DIGESTS_FILE = "digests.json"
 # An arm of a diagnosis study: a name that can end a run's name and a DVC stage's.
 ARM = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -338,37 +341,28 @@ def task_file(clues: int, params: dict, overrides: list[str] = ()) -> DictConfig
     return stage_config("prepare", compose_config([*overrides, *task_overrides(clues)], params))
 
 
-def expected_file(relative: str, params: dict) -> DictConfig | None:
-    """The config that configure writes to configs/RELATIVE for this study (None: it writes no
-    such file), composing no more than that file needs: a training's stage reads one model."""
-    if relative.startswith("train/"):
-        models = {f"train/{model['name']}.yaml": model for model in study_models(params)}
-        return training_file(models[relative], params) if relative in models else None
-    if relative.startswith("diagnose/"):
-        runs = {f"diagnose/{run['name']}.yaml": run for run in diagnosis_runs(params, study_models(params))}
-        run = runs.get(relative)
-        return diagnosis_file(run["model"], run["arm"], run["settings"], params) if run else None
-    if relative.startswith("prepare/k") and relative.removeprefix("prepare/k").removesuffix(".yaml").isdigit():
-        clues = int(relative.removeprefix("prepare/k").removesuffix(".yaml"))
-        return task_file(clues, params) if clues in (params["study"].get("clues") or []) else None
-    if relative == "prepare.yaml":
-        study_models(params)
-        return prepare_file(compose_config([], params))
-    if relative == "baselines.yaml":
-        study_models(params)
-        return stage_config("baselines", compose_config([], params))
-    if relative == "report.yaml":
-        models = study_models(params)
-        partners = partner_models(params)
-        return report_file(params, [*partners, *models], check_report(params), compose_config([], params))
-    return resolve(params).get(relative)
+def inputs_digest(params: dict) -> str:
+    """What configure composes the study from: params.yaml as parsed (DVC's params dependency
+    ignores its comments too) and every file of conf/ byte for byte."""
+    directory = conf_dir()
+    conf = {
+        path.relative_to(directory).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*.yaml"))
+    }
+    text = json.dumps({"params": params, "conf": conf}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_stage_file(path: Path) -> None:
-    """A stage's file in this study's configs/ must be exactly what configure writes from
-    params.yaml and conf/ now: a file truncated, edited by hand, or left from another params.yaml
-    would otherwise run (or fail deep inside) with settings that no params.yaml says. A file
-    outside configs/ (written by hand for a run by hand) is not checked."""
+    """A stage's file in this study's configs/ must be exactly what configure wrote, from the
+    params.yaml and conf/ there are now: a file truncated, edited by hand, or left from another
+    params.yaml would otherwise run (or fail deep inside) with settings that no params.yaml says.
+    Checked by the digests configure recorded, not by composing the study again. A file outside
+    configs/ (written by hand for a run by hand) is not checked."""
     path = Path(path)
     try:
         relative = path.absolute().relative_to(CONFIGS.absolute()).as_posix()
@@ -377,8 +371,16 @@ def check_stage_file(path: Path) -> None:
     if not PARAMS_FILE.is_file():
         return
     remedy = "run `dvc repro configure` to write it again, and edit params.yaml or conf/, never this file"
-    expected = expected_file(relative, read_params(required=True))
-    if expected is None:
+    record = read_json(CONFIGS / DIGESTS_FILE, remedy)
+    written = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(written, dict):
+        raise ConfigError(f"{CONFIGS / DIGESTS_FILE} holds no digests of the files configure wrote: {remedy}")
+    if record.get("inputs") != inputs_digest(read_params(required=True)):
+        raise ConfigError(
+            f"{path} was written from another {PARAMS_FILE} or conf/ ({PARAMS_FILE} or conf/ changed since "
+            f"`headstudy configure` ran): {remedy}"
+        )
+    if relative not in written:
         raise ConfigError(f"{path} is no file that `headstudy configure` writes for this {PARAMS_FILE}: {remedy}")
     if not path.is_file():
         raise ConfigError(f"{path} not found: {remedy}")
@@ -386,10 +388,16 @@ def check_stage_file(path: Path) -> None:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path} cannot be read ({error}): {remedy}") from None
-    if text != config_text(expected):
+    if text_digest(text) != written[relative]:
         raise ConfigError(
-            f"{path} differs from what `headstudy configure` writes from {PARAMS_FILE} and conf/ (truncated, "
-            f"edited, not YAML, or {PARAMS_FILE} changed since): {remedy}"
+            f"{path} differs from what `headstudy configure` wrote from {PARAMS_FILE} and conf/ (truncated, "
+            f"edited, or not YAML): {remedy}"
+        )
+    corpus = yaml.safe_load(text).get("corpus_sha256") if relative == "prepare.yaml" else None
+    if corpus is not None and corpus != corpus_digests(str(yaml.safe_load(text)["data"]["dir"])):
+        raise ConfigError(
+            f"{path} differs from what `headstudy configure` writes now: the .txt files of data.dir changed "
+            f"since it ran: {remedy}"
         )
 
 
@@ -494,13 +502,18 @@ def report_file(params: dict, models: list[dict], report: dict, shared: DictConf
 
 
 def configure(folder: Path = CONFIGS) -> None:
-    files = resolve(read_params(required=True))
+    params = read_params(required=True)
+    files = resolve(params)
     check_corpus_dependency(files["prepare.yaml"])
+    texts = {relative: config_text(config) for relative, config in files.items()}
     with staged_folder(folder) as staging:
-        for relative, config in files.items():
+        for relative, text in texts.items():
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(config_text(config))
+            path.write_text(text)
+        # What each stage checks its file against (check_stage_file), so that no stage composes the study again.
+        digests = {relative: text_digest(text) for relative, text in texts.items()}
+        write_json(staging / DIGESTS_FILE, {"inputs": inputs_digest(params), "files": digests})
     print(
         f"configure: {len(files)} config files in {folder}/, {sum(name.startswith('train/') for name in files)} models"
     )

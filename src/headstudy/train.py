@@ -19,8 +19,7 @@ from omegaconf import DictConfig
 from headstudy.bookkeeping import provenance, store, tracking
 from headstudy.bookkeeping.progress import quiet_routine_warnings
 from headstudy.bookkeeping.training_bar import Throughput, watchers
-from headstudy.common.errors import ConfigError, first_line
-from headstudy.common.files import write_atomically
+from headstudy.common.files import write_atomically, write_failed
 from headstudy.execution import guards
 from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, load_tokens, sha256_file
 from headstudy.formats.runconfig import config_digest
@@ -154,8 +153,10 @@ def train_on_process_zero(
     shutil.rmtree(resume_folder)
     print(
         f"train: {name}: {throughput.tokens_per_sec:,.0f} tokens/s, weights {record['weights_sha256'][:12]}, "
-        f"model in {model_dir(config)}, MLflow run {store.ui_url(run_id)}"
+        f"model in {model_dir(config)}"
     )
+    if not provenance.in_pipeline():  # in a study the report stage gives the study run's address, once
+        print(f"train: MLflow run {store.ui_url(run_id)}")
     return {**record, "mlflow_run_id": run_id, "tokens_per_sec": throughput.tokens_per_sec}
 
 
@@ -167,11 +168,11 @@ def write_trained_model(config: DictConfig, model: Decoder, record: dict) -> Non
     try:
         write_model(directory, model, settings_text(config), record)
     except (OSError, RuntimeError) as error:
-        free = shutil.disk_usage(directory.parent).free
-        raise ConfigError(
-            f"writing the model to {directory} failed ({first_line(error)}; {free:,} bytes free "
-            "there): once it can be written, the same command resumes from the last checkpoint "
-            "and only writes the model"
+        raise write_failed(
+            f"the model to {directory}",
+            directory.parent,
+            error,
+            "once it can be written, the same command resumes from the last checkpoint and only writes the model",
         ) from None
 
 

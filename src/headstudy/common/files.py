@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from headstudy.common.errors import ConfigError
+from headstudy.common.errors import ConfigError, first_line
 
 STAGING_SUFFIX = ".partial"
 
@@ -59,6 +59,13 @@ def write_json(path: Path, data) -> None:
             "the computation that produced them went wrong"
         )
     write_atomically(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def write_failed(what: str, folder: Path, error: Exception, remedy: str) -> ConfigError:
+    """A write that failed, as one line with the room left where it went: a full disk, which
+    torch.save reports as a RuntimeError and Python as an OSError."""
+    free = shutil.disk_usage(folder).free
+    return ConfigError(f"writing {what} failed ({first_line(error)}; {free:,} bytes free there): {remedy}")
 
 
 def read_json(path: Path, remedy: str = "run `dvc repro` to write it again"):

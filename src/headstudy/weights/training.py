@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,8 +16,8 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from headstudy.common.errors import ConfigError, first_line
-from headstudy.common.files import staging_path
+from headstudy.common.errors import ConfigError
+from headstudy.common.files import staging_path, write_failed
 from headstudy.weights.batches import stream_batches, training_batch
 from headstudy.weights.model import Decoder, next_token_loss
 from headstudy.weights.settings import OptimizerSettings, TrainerSettings
@@ -234,13 +233,13 @@ class ResumeCheckpoint(L.Callback):
         partial = staging_path(self.path)
         try:
             trainer.save_checkpoint(partial, weights_only=False)  # returns once it is written
-        except (OSError, RuntimeError) as error:  # torch.save reports a full disk as a RuntimeError
+        except (OSError, RuntimeError) as error:
             partial.unlink(missing_ok=True)
-            free = shutil.disk_usage(self.path.parent).free
-            raise ConfigError(
-                f"writing the resume checkpoint {self.path} failed ({first_line(error)}; {free:,} bytes "
-                "free there): give paths.checkpoints room for it, and the same command resumes from the "
-                "last checkpoint written"
+            raise write_failed(
+                f"the resume checkpoint {self.path}",
+                self.path.parent,
+                error,
+                "give paths.checkpoints room for it, and the same command resumes from the last checkpoint written",
             ) from None
         if trainer.is_global_zero:
             os.replace(partial, self.path)
