@@ -101,7 +101,9 @@ def run_fake(count: int, codes: dict[str, int]):
     said = []
     plan = fake_plan()
     try:
-        return lanes.run(Path("."), [], count, say=said.append, start=FakeLane, plan=plan, order_locks=False), said
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("COLUMNS", "200")  # a wide terminal: the progress lines whole
+            return lanes.run(Path("."), [], count, say=said.append, start=FakeLane, plan=plan, order_locks=False), said
     finally:
         assert not FakeLane.running
 
@@ -164,14 +166,37 @@ def test_the_time_left_gives_waiting_stages_to_the_first_free_lane_at_the_time_t
     # Nothing timed yet: no estimate, and the line says none.
     assert lanes.time_left(plan, waiting, {}, {}, 2, now=0.0) == (0.0, ["train", "evaluate", "report"])
     line = lanes.progress(
-        "s/dvc.yaml:train@0", ["s/dvc.yaml:train@2"], 1, 10, ["s/dvc.yaml:train@1"], (110.0, ["report"])
+        "s/dvc.yaml:train@0", ["s/dvc.yaml:train@2"], 1, 10, ["s/dvc.yaml:train@1"], (110.0, ["report"]), width=120
     )
     assert line == (
         "lanes: done train@0, start train@2 (1 of 10 done, about 2 min left + report (not timed yet); running: train@1)"
     )
-    assert lanes.progress(None, ["prepare"], 0, 10, ["prepare"], (0.0, ["prepare"])) == (
+    assert lanes.progress(None, ["prepare"], 0, 10, ["prepare"], (0.0, ["prepare"]), width=120) == (
         "lanes: start prepare (0 of 10 done; running: prepare)"
     )
+
+
+def test_the_progress_line_fits_the_terminal_and_always_gives_the_count_and_the_time_left():
+    """As the quick look's lines were, 148 to 161 columns, in a terminal of 120."""
+    changes = ("s/dvc.yaml:evaluate@4-1", ["s/dvc.yaml:evaluate@4-2"], 10, 15)
+    running = ["s/dvc.yaml:train@4-3", "s/dvc.yaml:evaluate@4-2"]
+    left = (20.0, ["evaluate", "baselines", "report"])
+    assert lanes.progress(*changes, running, left, width=1000) == (
+        "lanes: done evaluate@4-1, start evaluate@4-2 (10 of 15 done, under a minute left + evaluate, baselines, "
+        "report (not timed yet); running: train@4-3, evaluate@4-2)"
+    )
+    assert lanes.progress(*changes, running, left, width=130) == (
+        "lanes: done evaluate@4-1, start evaluate@4-2 (10 of 15 done, under a minute left + evaluate, baselines, "
+        "report (not timed yet))"
+    )
+    assert lanes.progress(*changes, running, left, width=120) == (
+        "lanes: done evaluate@4-1, start evaluate@4-2 (10 of 15 done, under a minute left + 3 kinds not timed yet)"
+    )
+    assert lanes.progress(*changes, running, left, width=80) == (
+        "lanes: 10 of 15 done, under a minute left + 3 kinds not timed yet"
+    )
+    narrow = lanes.progress(*changes, running, left, width=40)  # too narrow for any: the shortest
+    assert narrow == "lanes: 10 of 15 done, under a minute left + 3 kinds not timed yet"
 
 
 def test_the_lanes_echo_a_stages_own_lines_but_not_dvcs_routine_ones_or_a_bars_redraws():

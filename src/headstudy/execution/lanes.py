@@ -38,6 +38,7 @@ import functools
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -335,22 +336,41 @@ def time_left(
     return max(ends.values(), default=0.0), untimed
 
 
-def progress(finished: str | None, started: list[str], done: int, total: int, running: list[str], left) -> str:
+def progress(
+    finished: str | None, started: list[str], done: int, total: int, running: list[str], left, width: int = 0
+) -> str:
     """One line per change of the lanes: `lanes: done train@1-0, start train@4-0 (3 of 10 done,
     about 41 min left; running: train@1-mix-0, train@4-0)`, the time left from the stages timed so
-    far (`left`, from time_left)."""
+    far (`left`, from time_left). Within `width` columns (default: the terminal's), so that a
+    terminal never wraps it: the longest of these that fits, the count and the time left in each:
+    without the running stages, then with the untimed kinds counted instead of named, then the
+    count and the time left alone."""
     from headstudy.bookkeeping.progress import duration
 
     seconds, untimed = left
-    if not seconds:
-        estimate = ""  # nothing still to run has been timed: no estimate yet
-    else:
-        estimate = f", {duration(seconds)} left" + (f" + {', '.join(untimed)} (not timed yet)" if untimed else "")
-    events = ([f"done {short_name(finished)}"] if finished else []) + (
-        [f"start {', '.join(map(short_name, started))}"] if started else []
+
+    def estimate(named: bool) -> str:
+        if not seconds:
+            return ""  # nothing still to run has been timed: no estimate yet
+        if not untimed:
+            return f", {duration(seconds)} left"
+        kinds = f"{', '.join(untimed)} (not timed yet)" if named else f"{len(untimed)} kinds not timed yet"
+        return f", {duration(seconds)} left + {kinds}"
+
+    events = ", ".join(
+        ([f"done {short_name(finished)}"] if finished else [])
+        + ([f"start {', '.join(map(short_name, started))}"] if started else [])
     )
     now = f"; running: {', '.join(short_name(other) for other in running)}" if running else ""
-    return f"lanes: {', '.join(events)} ({done} of {total} done{estimate}{now})"
+    count = f"{done} of {total} done"
+    forms = [
+        f"lanes: {events} ({count}{estimate(True)}{now})",
+        f"lanes: {events} ({count}{estimate(True)})",
+        f"lanes: {events} ({count}{estimate(False)})",
+        f"lanes: {count}{estimate(False)}",
+    ]
+    width = width or shutil.get_terminal_size().columns
+    return next((form for form in forms if len(form) <= width), forms[-1])
 
 
 def run(
