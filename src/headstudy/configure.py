@@ -354,6 +354,7 @@ def inputs_digest(params: dict) -> str:
 
 
 def text_digest(text: str) -> str:
+    """A config file's sha256, as configure records it and a stage checks it."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -393,8 +394,8 @@ def check_stage_file(path: Path) -> None:
             f"{path} differs from what `headstudy configure` wrote from {PARAMS_FILE} and conf/ (truncated, "
             f"edited, or not YAML): {remedy}"
         )
-    corpus = yaml.safe_load(text).get("corpus_sha256") if relative == "prepare.yaml" else None
-    if corpus is not None and corpus != corpus_digests(str(yaml.safe_load(text)["data"]["dir"])):
+    prepare = yaml.safe_load(text) if relative == "prepare.yaml" else {}
+    if "corpus_sha256" in prepare and prepare["corpus_sha256"] != corpus_digests(str(prepare["data"]["dir"])):
         raise ConfigError(
             f"{path} differs from what `headstudy configure` writes now: the .txt files of data.dir changed "
             f"since it ran: {remedy}"
