@@ -28,9 +28,13 @@ def in_project(monkeypatch):
 
 @pytest.fixture(autouse=True, scope="session")
 def installed_commands_on_path():
-    """Subprocesses find `headstudy` and `dvc` beside this Python, venv activated or not."""
+    """Subprocesses find `headstudy` and `dvc` beside this Python, venv activated or not. And they
+    train without logging each model as an MLflow model (HEADSTUDY_MLFLOW_MODEL=0): its torch.export
+    is about 4 of a tiny training's 9 CPU-seconds, in some 100 trainings; the tests that look at
+    the logged model (test_tracking.py) set it to 1."""
     bin_dir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    os.environ["HEADSTUDY_MLFLOW_MODEL"] = "0"
 
 
 def default_signals() -> None:

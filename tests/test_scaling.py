@@ -177,6 +177,8 @@ def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, sma
     assert link == f"train: MLflow run {page}?workflowType=machine_learning", result.stdout
     record = json.loads((tmp_path / "models/h1-s0/run.json").read_text())
     assert tracked.data.tags["weights.sha256"] == record["weights_sha256"]
+    # HEADSTUDY_MLFLOW_MODEL=0 (conftest): no MLflow model, the weights still an artifact.
+    assert "model.uri" not in tracked.data.tags and not (tracked.outputs and tracked.outputs.model_outputs)
     downloaded = client.download_artifacts(tracked.info.run_id, "model.pt", str(tmp_path / "download"))
     assert Path(downloaded).read_bytes() == (tmp_path / "models/h1-s0/model.pt").read_bytes()
 

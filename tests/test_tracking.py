@@ -43,6 +43,7 @@ def command(project: Path, *args: str) -> str:
     env = {key: value for key, value in os.environ.items() if key not in ("MLFLOW_TRACKING_URI", "HEADSTUDY_CONF")}
     env.update(
         DVC_NO_ANALYTICS="1",
+        HEADSTUDY_MLFLOW_MODEL="1",  # these tests look at the logged model (conftest sets 0)
         GIT_AUTHOR_NAME="t",
         GIT_AUTHOR_EMAIL="t@t",
         GIT_COMMITTER_NAME="t",

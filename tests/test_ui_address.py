@@ -103,9 +103,14 @@ def test_the_report_line_names_the_ui_in_use_and_how_to_start_it(shell, tmp_path
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [(store.UI_VARIABLE, "localhost:5001"), (store.UI_VARIABLE, "http://:5001"), ("MLFLOW_PORT", "five")],
+    [
+        (store.UI_VARIABLE, "localhost:5001"),
+        (store.UI_VARIABLE, "http://:5001"),
+        ("MLFLOW_PORT", "five"),
+        (store.MODEL_VARIABLE, "no"),
+    ],
 )
-def test_an_address_that_is_no_address_is_one_line_before_the_store_is_opened(shell, tmp_path, name, value):
+def test_a_bad_ui_address_or_model_switch_is_one_line_before_the_store_is_opened(shell, tmp_path, name, value):
     database = tmp_path / "mlflow.db"
     shell.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{database}")
     shell.setenv(name, value)

@@ -74,6 +74,9 @@ EXPERIMENT_DESCRIPTIONS = {EXPERIMENT: EXPERIMENT_TAGS, BY_HAND_EXPERIMENT: BY_H
 # set; else the `mlflow server` that MLFLOW_TRACKING_URI names; else where `mlflow ui` listens,
 # by the variables it reads itself (MLflow's defaults: 127.0.0.1, port 5000, no prefix).
 UI_VARIABLE = "HEADSTUDY_MLFLOW_UI"
+# 0: a training logs no MLflow model (its torch.export takes a training process about 4 s, and the
+# store keeps a second copy of the weights); 1, or unset: it logs one. No output depends on it.
+MODEL_VARIABLE = "HEADSTUDY_MLFLOW_MODEL"
 UI_HOST, UI_PORT = "127.0.0.1", 5000
 # Hosts `mlflow ui --host` binds to every interface with: a browser on this machine uses 127.0.0.1.
 ALL_INTERFACES = ("0.0.0.0", "::", "[::]", "")
@@ -364,6 +367,19 @@ def download_artifact(run_id: str, artifact_path: str, destination: Path) -> Pat
     return Path(client().download_artifacts(run_id, artifact_path, str(destination)))
 
 
+def logs_models() -> bool:
+    """Whether a training logs its model as an MLflow model: HEADSTUDY_MLFLOW_MODEL, 1 when unset."""
+    from headstudy.common.errors import ConfigError
+
+    value = os.environ.get(MODEL_VARIABLE, "1").strip() or "1"
+    if value not in ("0", "1"):
+        raise ConfigError(
+            f"{MODEL_VARIABLE}={value!r} is not 0 or 1: 0 trains without logging each model as an MLflow "
+            "model, 1 (or unset) logs it"
+        )
+    return value == "1"
+
+
 def check_store() -> None:
     """Open the store (creating it if new) before any work: a store that cannot be opened stops
     the command with one line, within seconds, instead of a traceback from deep inside MLflow
@@ -372,6 +388,7 @@ def check_store() -> None:
 
     uri = tracking_uri()
     ui_address()  # the addresses it will print: a bad HEADSTUDY_MLFLOW_UI or MLFLOW_PORT is one line now
+    logs_models()  # and a bad HEADSTUDY_MLFLOW_MODEL, not after a training
     probe_network_store(uri)
     try:
         with bounded_http_retries(uri):

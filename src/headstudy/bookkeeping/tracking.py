@@ -54,6 +54,7 @@ from headstudy.bookkeeping.store import (
     existing_experiment_ids,
     experiment_id,
     file_lock,
+    logs_models,
     run_experiment,
     tracking_uri,
     ui_command,
@@ -216,10 +217,13 @@ def active_run(run_id: str) -> Iterator[None]:
         mlflow.set_tracking_uri(previous)
 
 
-def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, vocab_size: int, step: int) -> str:
+def log_model(run_id: str, model: torch.nn.Module, name: str, context: int, vocab_size: int, step: int) -> str | None:
     """The trained model as an MLflow model, saved by torch.export (weights and graph, no headstudy
     code needed to load it): `mlflow.pytorch.load_model(uri)` gives a module that maps token ids
-    (batch, length <= context) to next-token logits (batch, length, vocab). Returns its URI."""
+    (batch, length <= context) to next-token logits (batch, length, vocab). Returns its URI; None,
+    and nothing logged, under HEADSTUDY_MLFLOW_MODEL=0 (the run keeps model.pt as an artifact)."""
+    if not logs_models():
+        return None
     import torch  # here, not at the top: the stages that log no model need not import it
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
