@@ -221,9 +221,9 @@ def test_tiny_budgets_train(work):
 
 
 @pytest.mark.slow
-def test_train_refuses_a_vocabulary_other_than_the_prepared_tokenizer(work):
+def test_train_refuses_a_vocabulary_other_than_the_prepared_tokenizer(work, capsys, monkeypatch):
     before = len(runs(work))
-    result = headstudy(work, "train", *DATA, *TINY, "seed=30", "data.vocab_size=1024")
+    result = headstudy_here(capsys, monkeypatch, work, "train", *DATA, *TINY, "seed=30", "data.vocab_size=1024")
     assert_refused(result, "train", "model.vocab_size=1024", "300 tokens", "data.vocab_size=300")
     assert not (work / "models" / "h1-s30").exists()
     assert len(runs(work)) == before

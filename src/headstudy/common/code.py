@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,10 +106,12 @@ class Module:
     effects: list[ast.stmt] = field(default_factory=list)
 
 
-def read_module(name: str, path: Path, source: Path) -> Module:
-    package = package_of(path, source)
-    module = Module(name, package)
-    for node in without_docstrings(ast.parse(Path(path).read_text())).body:
+@functools.lru_cache(maxsize=1024)
+def read_module(name: str, text: str, package: tuple[str, ...]) -> Module:
+    """Cached by the text: the fingerprint stage reads every module once for each command it
+    fingerprints. Nothing changes a Module once read."""
+    module = Module(name, list(package))
+    for node in without_docstrings(ast.parse(text)).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             module.definitions[node.name] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
@@ -179,7 +182,9 @@ class CodeIndex:
     def module(self, name: str) -> Module | None:
         if name not in self.modules:
             path = module_file(name, self.source)
-            self.modules[name] = None if path is None else read_module(name, path, self.source)
+            self.modules[name] = (
+                None if path is None else read_module(name, path.read_text(), tuple(package_of(path, self.source)))
+            )
         return self.modules[name]
 
     def resolve(self, module_name: str, name: str, seen: frozenset = frozenset()) -> tuple | None:
@@ -238,8 +243,9 @@ class CodeIndex:
                 self.reached[key] = hashlib.sha256(self.rewritten(module_name, statement).encode()).hexdigest()
 
     def definition_text(self, module_name: str, name: str) -> str:
-        node = copy.deepcopy(self.module(module_name).definitions[name])
+        node = self.module(module_name).definitions[name]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            node = copy.copy(node)  # rewritten() copies the rest: the name is the only change here
             node.name = "_"
         return self.rewritten(module_name, node)
 
