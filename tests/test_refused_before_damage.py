@@ -171,6 +171,52 @@ def test_bad_fractions_and_devices_are_one_line_naming_the_key(study, capsys, tm
     assert files_in(Path.cwd()) == before
 
 
+@pytest.mark.parametrize(
+    "section, values, named",
+    [
+        ("inspect", {"batch_size": "abc"}, "inspect.batch_size must be an integer >= 1, got 'abc'"),
+        ("inspect", {"roles": {"self": {"above": 2}}}, "inspect.roles.self.above must be a number in [0, 1]"),
+        ("inspect", {"spotlight": {"fair_null": {"alpha": 0}}}, "inspect.spotlight.fair_null.alpha must be a number"),
+        ("diagnose", {"probe_every": 0}, "diagnose.probe_every must be an integer >= 1, got 0"),
+        ("diagnose", {"clip_grad_norm": "off"}, "diagnose.clip_grad_norm must be null (no clipping) or a finite"),
+        ("baselines", {"add_k": -1}, "baselines.add_k must be a finite positive number (add-k smoothing), got -1"),
+        ("trainer", {"max_steps": 20, "compile": "yes"}, "trainer.compile must be true or false, got 'yes'"),
+        ("optimizer", {"betas": [0.9]}, "optimizer.betas must be two numbers in [0, 1), got [0.9]"),
+    ],
+)
+def test_configure_refuses_a_setting_of_the_wrong_type_or_range_in_any_section_naming_it(
+    study, capsys, section, values, named
+):
+    params = with_study()
+    params[section] = values
+    before = study(params)
+    assert named in refused(capsys, "configure")
+    assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize(
+    "conf_file, text, named",
+    [
+        ("variants/qk.yaml", "# @package _global_\nmodel:\n  qk_nrom: true\n", "model.qk_nrom is not a setting"),
+        ("variants/qk.yaml", "model:\n  qk_norm: true\n", "variants is not a setting"),  # no @package line
+        ("trainer/default.yaml", None, "trainer.compile is missing: expected true or false"),
+    ],
+)
+def test_a_conf_file_with_a_key_no_section_has_or_without_one_it_needs_is_refused_naming_it(
+    study, capsys, tmp_path, conf_file, text, named
+):
+    conf = tmp_path / "edited-conf"
+    shutil.copytree(ROOT / "conf", conf)
+    path = conf / conf_file
+    if text is None:  # the file without the key
+        path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith("compile:")))
+    else:
+        path.write_text(text)
+    before = study(with_study(variants=[1, "4-qk"]) | {"report": {"title": "t", "compare": [[1, "4-qk"]]}}, conf)
+    assert named in refused(capsys, "configure")
+    assert files_in(Path.cwd()) == before
+
+
 @pytest.mark.parametrize("command", ["config", "train"])
 def test_bfloat16_on_a_cpu_without_native_bfloat16_is_refused_naming_float32(study, capsys, monkeypatch, command):
     import torch

@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.formats.names import model_name, parse_variant
 from headstudy.formats.runconfig import TRAINING_KEYS
+from headstudy.settings import schema
 
 PARAMS_FILE = Path("params.yaml")
 # params.yaml sections that hold study settings rather than conf/ keys.
@@ -145,6 +146,10 @@ def override_value(value) -> str:
 
 # The learning rates the tuning studies selected, one entry per tuning study, in conf/: each rate
 # is written once, and a study takes an entry by name (study.rates).
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 RATES_FILE = "selected_rates.yaml"
 
 
@@ -351,83 +356,25 @@ def model_config(config: DictConfig):
         raise ConfigError(f"model: {error}") from None
 
 
-def model_problems(model) -> list[str]:
-    """Every inconsistency of a ModelConfig, phrased with the config keys a user would edit."""
-    found = []
-    for key in ("vocab_size", "context", "width", "n_heads", "n_layers", "mlp_hidden"):
-        value = getattr(model, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            found.append(f"model.{key} must be a positive integer, got {value!r}")
-    if model.mix_heads not in (None, True, False):
-        found.append(f"model.mix_heads must be null, true or false, got {model.mix_heads!r}")
-    if not isinstance(model.qk_norm, bool):
-        found.append(f"model.qk_norm must be true or false, got {model.qk_norm!r}")
-    if not isinstance(model.init_std, (int, float)) or not model.init_std > 0:
-        found.append(f"model.init_std must be a positive number, got {model.init_std!r}")
-    if not found and model.width % model.n_heads:
-        found.append(f"model.n_heads={model.n_heads} must divide model.width={model.width} (the heads split the width)")
-    return found
-
-
-# Integer settings and their smallest allowed value.
-INTEGER_MINIMUMS = {
-    "seed": 0,
-    "threads": 1,
-    "data.vocab_size": 257,  # byte-level BPE starts from the 256 bytes
-    "data.batch_size": 1,
-    "trainer.max_steps": 1,
-    "trainer.val_every_steps": 1,
-    "trainer.loss_points": 1,
-    "diagnose.probe_every": 1,
-    "diagnose.probe_windows": 1,
-}
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def validate(config: DictConfig) -> None:
-    """Every problem of a composed config, by key, in one line."""
-    problems = []
-    for key, minimum in INTEGER_MINIMUMS.items():
-        if key.split(".")[0] not in config:  # a training's own config holds no diagnose section
-            continue
-        value = OmegaConf.select(config, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            problems.append(f"{key} must be an integer >= {minimum}, got {value!r}")
-    optimizer = config.optimizer
-    if not is_number(optimizer.lr) or optimizer.lr <= 0:
-        problems.append(f"optimizer.lr must be a finite positive number, got {optimizer.lr!r}")
-    if not is_number(optimizer.weight_decay) or optimizer.weight_decay < 0:
-        problems.append(f"optimizer.weight_decay must be a finite number >= 0, got {optimizer.weight_decay!r}")
-    betas = optimizer.betas
-    if not (OmegaConf.is_list(betas) and len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)):
-        shown = OmegaConf.to_container(betas) if OmegaConf.is_list(betas) else betas
-        problems.append(f"optimizer.betas must be two numbers in [0, 1), got {shown!r}")
-    for key in ("start_factor", "final_factor"):
-        if not is_number(optimizer[key]) or optimizer[key] < 0:
-            problems.append(f"optimizer.{key} must be a finite number >= 0, got {optimizer[key]!r}")
-    if not is_number(optimizer.warmup_fraction) or not 0 <= optimizer.warmup_fraction < 1:
-        problems.append(f"optimizer.warmup_fraction must be a number in [0, 1), got {optimizer.warmup_fraction!r}")
-    for key in ("valid_fraction", "test_fraction"):
-        if key in config.data:
-            fraction = config.data[key]
-            if not is_number(fraction) or not 0 < fraction < 0.5:
-                problems.append(f"data.{key} must be a number in (0, 0.5), got {fraction!r}")
-    clip = OmegaConf.select(config, "diagnose.clip_grad_norm")
-    if clip is not None and (not is_number(clip) or clip <= 0):
-        problems.append(f"diagnose.clip_grad_norm must be null (no clipping) or a finite positive number, got {clip!r}")
-    problems += device_problems(config.trainer)
-    problems += precision_problems(config.trainer)
-    if config.data.get("corpus") == "multiclue":
-        problems += task_problems(config)
-    problems += model_problems(model_config(config))
-    heads, _ = parse_variant(config.variant)
-    if heads != config.model.n_heads:
-        problems.append(
-            f"variant={config.variant} names {heads} heads, but model.n_heads={config.model.n_heads}: set one of them"
-        )
+    """Every problem of a composed config, by key, in one line: the typed schema's first (each
+    setting's type and range), then what one key cannot say alone, once the keys it reads are
+    of their type."""
+    problems = schema.problems(OmegaConf.to_container(config))
+    if not problems:
+        problems += precision_problems(config.trainer)
+        if config.data.corpus == "multiclue":
+            problems += task_problems(config)
+        model = config.model
+        if model.width % model.n_heads:
+            problems.append(
+                f"model.n_heads={model.n_heads} must divide model.width={model.width} (the heads split the width)"
+            )
+        heads, _ = parse_variant(config.variant)
+        if heads != model.n_heads:
+            problems.append(
+                f"variant={config.variant} names {heads} heads, but model.n_heads={model.n_heads}: set one of them"
+            )
     if not problems and config.trainer.val_every_steps > config.trainer.max_steps:
         problems.append(
             f"trainer.val_every_steps={config.trainer.val_every_steps} is more than trainer.max_steps="
@@ -435,35 +382,6 @@ def validate(config: DictConfig) -> None:
         )
     if problems:
         raise ConfigError("; ".join(problems))
-
-
-def device_problems(trainer: DictConfig) -> list[str]:
-    """trainer.devices as Lightning takes it: a count (-1: all), `auto`, or device indices (a
-    list, or a string such as "0,1"); anything else would end in Lightning's TypeError."""
-    devices = trainer.get("devices")
-    if OmegaConf.is_list(devices):
-        good = len(devices) > 0 and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices)
-    elif isinstance(devices, bool):
-        good = False
-    elif isinstance(devices, int):
-        good = devices >= 1 or devices == -1
-    elif isinstance(devices, str):
-        parts = [part.strip() for part in devices.split(",")]
-        good = devices == "auto" or devices.strip() == "-1" or all(part.isdigit() for part in parts)
-    else:
-        good = False
-    problems = (
-        []
-        if good
-        else [
-            f"trainer.devices must be a number of devices (1, 2, ...; -1 for all), auto, or a list of "
-            f"device indices, got {OmegaConf.to_container(devices) if OmegaConf.is_list(devices) else devices!r}"
-        ]
-    )
-    nodes = trainer.get("num_nodes")
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        problems.append(f"trainer.num_nodes must be an integer >= 1, got {nodes!r}")
-    return problems
 
 
 # The precisions this trainer trains in, by the device: float32 everywhere; bfloat16 autocast on

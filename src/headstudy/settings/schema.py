@@ -1,0 +1,253 @@
+"""The type and range of every setting of a composed config, in one typed schema (pydantic):
+each field says in its description what it must be, and a value that is not refuses the config
+with its key, that description and the value (`optimizer.lr must be a finite positive number,
+got -1`). What one key cannot say alone (a head count that divides the width, a precision this
+device trains in, the multi-clue task's own rules) is checked beside it, in settings/compose.py.
+
+Types are strict: YAML and Hydra hand over typed values, so a text where a number belongs
+(`lr: 1e-3`, which YAML 1.1 reads as text) is refused rather than converted."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+def setting(description: str, **constraints: Any) -> Any:
+    return Field(description=description, **constraints)
+
+
+def whole(minimum: int, note: str = "") -> Any:
+    return setting(f"an integer >= {minimum}{note}", ge=minimum)
+
+
+def device_list(devices: Any) -> Any:
+    """trainer.devices as Lightning takes it: a count (-1: all), `auto`, or device indices (a
+    list, or a string such as "0,1"); anything else would end in Lightning's TypeError."""
+    if isinstance(devices, int):
+        good = devices >= 1 or devices == -1
+    elif isinstance(devices, str):
+        good = (
+            devices == "auto" or devices.strip() == "-1" or all(part.strip().isdigit() for part in devices.split(","))
+        )
+    else:
+        good = len(devices) > 0 and all(device >= 0 for device in devices)
+    if not good:
+        raise ValueError("not a device count or list")
+    return devices
+
+
+class Model(Section):
+    vocab_size: int = whole(1)
+    context: int = whole(1)
+    width: int = whole(1)
+    n_heads: int = whole(1)
+    n_layers: int = whole(1)
+    mlp_hidden: int = whole(1)
+    mix_heads: bool | None = setting("null, true or false")
+    init_std: float = setting("a finite positive number", gt=0)
+    qk_norm: bool = setting("true or false", default=False)
+
+
+class Trainer(Section):
+    max_steps: int = whole(1)
+    val_every_steps: int = whole(1)
+    loss_points: int = whole(1)
+    deterministic: bool | Literal["warn"] = setting("true, false or warn")
+    accelerator: str = setting("a Lightning accelerator (cpu, gpu, auto)")
+    devices: Annotated[int | str | list[int], AfterValidator(device_list)] = setting(
+        "a number of devices (1, 2, ...; -1 for all), auto, or a list of device indices"
+    )
+    num_nodes: int = whole(1)
+    strategy: str = setting("a Lightning strategy (auto, ddp)")
+    # What the device trains in decides which precisions are right: settings/compose.py says them.
+    precision: Any = setting("a precision this device trains in")
+    compile: bool = setting("true or false")
+
+
+class Optimizer(Section):
+    lr: float = setting("a finite positive number", gt=0)
+    betas: list[Annotated[float, Field(ge=0, lt=1)]] = setting("two numbers in [0, 1)", min_length=2, max_length=2)
+    weight_decay: float = setting("a finite number >= 0", ge=0)
+    warmup_fraction: float = setting("a number in [0, 1)", ge=0, lt=1)
+    start_factor: float = setting("a finite number >= 0", ge=0)
+    final_factor: float = setting("a finite number >= 0", ge=0)
+
+
+class Data(Section):
+    corpus: str = setting("ptb, textdir or multiclue")
+    vocab_size: int = whole(257, " (byte-level BPE starts from the 256 bytes)")
+    batch_size: int = whole(1)
+
+
+class Splits(Section):
+    train: str = setting("the sha256 of the split's text")
+    valid: str = setting("the sha256 of the split's text")
+    test: str = setting("the sha256 of the split's text")
+
+
+class PennTreebank(Data):
+    corpus: Literal["ptb"] = setting("ptb")
+    sha256: Splits = setting("the sha256 of each split's text (train, valid, test)")
+
+
+class TextFolder(Data):
+    corpus: Literal["textdir"] = setting("textdir")
+    dir: str = setting("a folder of .txt files")
+    valid_fraction: float = setting("a number in (0, 0.5)", gt=0, lt=0.5)
+    test_fraction: float = setting("a number in (0, 0.5)", gt=0, lt=0.5)
+
+
+class GeneratedTask(Data):
+    """The multi-clue task's keys are checked by the task's own definition (tasks/multiclue.py),
+    whose rules tie them to each other."""
+
+    model_config = ConfigDict(extra="allow")
+    corpus: Literal["multiclue"] = setting("multiclue")
+
+
+CORPORA = {"ptb": PennTreebank, "textdir": TextFolder, "multiclue": GeneratedTask}
+
+
+class Baselines(Section):
+    add_k: float = setting("a finite positive number (add-k smoothing)", gt=0)
+
+
+class Role(Section):
+    score: str = setting("a head score of analysis/measures (previous_token, first_position, self)")
+    above: float = setting("a number in [0, 1] (an attention share)", ge=0, le=1)
+
+
+class FairNull(Section):
+    also: list[str | int] = setting("a list of variants")
+    max_unions: int = whole(1)
+    sample_seed: int = whole(0)
+    shuffles: int = whole(1)
+    alpha: float = setting("a number in (0, 1)", gt=0, lt=1)
+    overlap_margin: float = setting("a number in [0, 1)", ge=0, lt=1)
+
+
+class Spotlight(Section):
+    single: int | str = setting("a variant")
+    multi: int | str = setting("a variant")
+    fair_null: FairNull = setting("the fair null's settings")
+
+
+class Inspect(Section):
+    sentence: str = setting("a sentence of the test split")
+    batch_size: int = whole(1)
+    roles: dict[str, Role] = setting("named head roles, each {score, above}")
+    substantial_weight: float = setting("a number in (0, 1] (an attention share)", gt=0, le=1)
+    spotlight: Spotlight = setting("the spotlight's settings")
+
+
+class Diagnose(Section):
+    probe_every: int = whole(1)
+    probe_windows: int = whole(1)
+    clip_grad_norm: float | None = setting("null (no clipping) or a finite positive number", gt=0)
+
+
+class Paths(Section):
+    model_config = ConfigDict(extra="allow")  # each stage's own folders
+
+
+class Tracking(Section):
+    experiment: str = setting("an MLflow experiment name")
+
+
+class Config(Section):
+    """A composed config, or the part of it a stage's file or a recorded run holds: the
+    sections a training needs are required, the others checked where present."""
+
+    variant: str | int | None = setting("a variant (H or H-NAME)", default=None)
+    seed: int = whole(0)
+    threads: int = whole(1)
+    name: str | None = setting("a model name", default=None)
+    data: dict = setting("the data section")  # checked by its corpus's schema
+    model: Model = setting("the model section")
+    trainer: Trainer = setting("the trainer section")
+    optimizer: Optimizer = setting("the optimizer section")
+    baselines: Baselines | None = setting("the baselines section", default=None)
+    inspect: Inspect | None = setting("the inspect section", default=None)
+    diagnose: Diagnose | None = setting("the diagnose section", default=None)
+    paths: Paths | None = setting("the paths section", default=None)
+    tracking: Tracking | None = setting("the tracking section", default=None)
+
+
+def problems(settings: dict) -> list[str]:
+    """One line per key that breaks the schema, in the config's order."""
+    found = errors_of(Config, settings, "")
+    data = settings.get("data")
+    if isinstance(data, dict):
+        schema = CORPORA.get(data.get("corpus"))
+        if schema is None:
+            found.append(f"data.corpus must be {', '.join(CORPORA)}, got {data.get('corpus')!r}")
+        else:
+            found += errors_of(schema, data, "data.")
+    return found
+
+
+def errors_of(schema: type[Section], settings: dict, prefix: str) -> list[str]:
+    try:
+        schema.model_validate(settings)
+    except ValidationError as error:
+        found: dict[str, str] = {}
+        for detail in error.errors():
+            key, description = field_at(schema, detail["loc"])
+            if detail["type"] == "extra_forbidden":
+                key = ".".join(map(str, detail["loc"]))
+                found[key] = f"{prefix}{key} is not a setting"
+            elif key in found:  # a union's members each report the one value
+                continue
+            elif detail["type"] == "missing":
+                found[key] = f"{prefix}{key} is missing: expected {description}"
+            else:
+                found[key] = f"{prefix}{key} must be {description}, got {value_at(settings, key)!r}"
+        return list(found.values())
+    return []
+
+
+def field_at(schema: type[Section], location: tuple) -> tuple[str, str]:
+    """The dotted key of the setting an error is about, and its description: the error's
+    location, less what it says below a setting (a list's index, a union member's type)."""
+    keys: list[str] = []
+    description, current = "", schema
+    parts = list(location)
+    while parts and current is not None:
+        part = parts.pop(0)
+        if isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
+            field = current.model_fields[part]
+            keys.append(str(part))
+            description, current = field.description or "", section_type(field.annotation)
+        elif isinstance(current, tuple) and current[0] is dict:  # a named entry: inspect.roles.NAME
+            keys.append(str(part))
+            current = current[1]
+        else:
+            break
+    if not keys:
+        keys.append(str(location[0]) if location else "")
+    return ".".join(keys), description
+
+
+def section_type(annotation: Any) -> Any:
+    """What a field holds, for following an error's location below it: a section's schema,
+    ("dict", schema) for named entries of one, or None for a value."""
+    if get_origin(annotation) in (Union, type(int | None)):
+        members = [member for member in get_args(annotation) if member is not type(None)]
+        annotation = members[0] if len(members) == 1 else None
+    if get_origin(annotation) is dict:
+        value_type = get_args(annotation)[1]
+        return (dict, value_type) if isinstance(value_type, type) and issubclass(value_type, BaseModel) else None
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def value_at(settings: dict, key: str) -> Any:
+    value: Any = settings
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
