@@ -362,7 +362,7 @@ def test_empty_or_repeated_study_is_refused_before_any_stage_runs(tmp_path):
     env.pop("MLFLOW_TRACKING_URI", None)
     subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=project, env=env, check=True)
     for key, values, message in (
-        ("variants", [], "study.variants in params.yaml must be a non-empty list, got []"),
+        ("variants", [], "study.variants in params.yaml must be a non-empty list of variants, got []"),
         ("seeds", [0, 1, 0], "study.seeds in params.yaml lists 0 more than once"),
     ):
         study = {**params["study"], key: values}
@@ -385,7 +385,7 @@ BUDGET = {"max_steps": 20, "val_every_steps": 10}
         ({"study": {"variants": [1], "seeds": [0]}, "trainer": BUDGET}, "expected a `report:` section with a title"),
         (
             {"study": {"variants": [1], "seeds": [0]}, "trainer": BUDGET, "report": {"compare": []}},
-            "expected a `report:` section with a title",
+            "report.title in params.yaml is missing: expected the report's title",
         ),
         (
             {
@@ -401,7 +401,7 @@ BUDGET = {"max_steps": 20, "val_every_steps": 10}
                 "trainer": BUDGET,
                 "report": {"title": "t", "pool_if_variance_ratio_below": "4"},
             },
-            "report.pool_if_variance_ratio_below in params.yaml: expected a number above 1",
+            "report.pool_if_variance_ratio_below in params.yaml must be a number above 1",
         ),
         (
             {

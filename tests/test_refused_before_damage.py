@@ -195,6 +195,43 @@ def test_configure_refuses_a_setting_of_the_wrong_type_or_range_in_any_section_n
 
 
 @pytest.mark.parametrize(
+    "study_changes, named",
+    [
+        ({"seeds": [-1]}, "study.seeds in params.yaml must be a non-empty list of seeds (integers >= 0), got [-1]"),
+        ({"seeds": "0"}, "study.seeds in params.yaml must be a non-empty list of seeds"),
+        ({"lrs": [0.003, 0]}, "study.lrs in params.yaml must be a non-empty list of learning rates"),
+        ({"variant_overrides": {"4": "optimizer.lr=0.01"}}, "study.variant_overrides in params.yaml must be a map"),
+        ({"varients": [1, 4]}, "study.varients in params.yaml is not a setting"),
+    ],
+)
+def test_configure_refuses_a_study_setting_of_the_wrong_type_or_name_naming_it(study, capsys, study_changes, named):
+    before = study(with_study(**study_changes))
+    assert named in refused(capsys, "configure")
+    assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize(
+    "report, named",
+    [
+        ({"success_accuracy": 1.5}, "report.success_accuracy in params.yaml must be a number in (0, 1], the test"),
+        ({"success_accuracy": "0.9"}, "report.success_accuracy in params.yaml must be a number in (0, 1]"),
+        ({"extra": "lr-check/metrics"}, "report.extra in params.yaml must be a list of {title, metrics: FOLDER"),
+        ({"extra": [{"title": "x", "metrics": "m", "notes": "typo"}]}, "report.extra.0.notes in params.yaml is not"),
+        ({"compar": [[1, 4]]}, "report.compar in params.yaml is not a setting"),
+        ({"compare": [[1, 4, 1]]}, "report.compare in params.yaml must be a list of pairs [A, B] of variants"),
+        ({"labels": {"4": 4}}, "report.labels in params.yaml must be a label for each variant it names"),
+        ({"budget": {"evidence": "e", "beat_bigram_by": 10, "max_gap_drift": 0.02}}, "report.budget.beat_bigram_by"),
+    ],
+)
+def test_configure_refuses_a_report_setting_of_the_wrong_type_or_name_naming_it(study, capsys, report, named):
+    params = with_study()
+    params["report"].update(report)
+    before = study(params)
+    assert named in refused(capsys, "configure")
+    assert files_in(Path.cwd()) == before
+
+
+@pytest.mark.parametrize(
     "conf_file, text, named",
     [
         ("variants/qk.yaml", "# @package _global_\nmodel:\n  qk_nrom: true\n", "model.qk_nrom is not a setting"),
@@ -430,19 +467,30 @@ CLAIM = {"a": 1, "b": 4, "ppl_a": 46.1, "ppl_b": 43.2}
 @pytest.mark.parametrize(
     "claim, named",
     [
-        ({"a": 1, "b": 4, "ppl_a": 46.1}, "report.chapter_claim in params.yaml: expected {a: VARIANT, b: VARIANT, "),
-        ({**CLAIM, "ppl_b": "43.2"}, "report.chapter_claim.ppl_b in params.yaml: expected a positive number"),
-        ({**CLAIM, "ppl_a": "forty"}, "report.chapter_claim.ppl_a in params.yaml: expected a positive number"),
-        ("four heads win", "report.chapter_claim in params.yaml: expected {a: VARIANT"),
-        ({**CLAIM, "ppl_b": -43.2}, "report.chapter_claim.ppl_b in params.yaml: expected a positive number"),
-        ({**CLAIM, "ppl_a": 0}, "report.chapter_claim.ppl_a in params.yaml: expected a positive number"),
+        ({"a": 1, "b": 4, "ppl_a": 46.1}, "report.chapter_claim.ppl_b in params.yaml is missing: expected a positive"),
+        ({**CLAIM, "ppl_b": "43.2"}, "report.chapter_claim.ppl_b in params.yaml must be a positive number"),
+        ({**CLAIM, "ppl_a": "forty"}, "report.chapter_claim.ppl_a in params.yaml must be a positive number"),
+        ("four heads win", "report.chapter_claim in params.yaml must be {a: VARIANT"),
+        ({**CLAIM, "ppl_b": -43.2}, "report.chapter_claim.ppl_b in params.yaml must be a positive number"),
+        ({**CLAIM, "ppl_a": 0}, "report.chapter_claim.ppl_a in params.yaml must be a positive number"),
+        ({**CLAIM, "ppl": 40}, "report.chapter_claim.ppl in params.yaml is not a setting"),
         ({**CLAIM, "b": 8}, "report.chapter_claim.b in params.yaml names variant 8, but study.variants (1, 4)"),
         (
             {**CLAIM, "a": 4, "b": 1},
             "report.chapter_claim in params.yaml sets the chapter beside the comparison [4, 1]",
         ),
     ],
-    ids=["missing-ppl_b", "text", "word", "plain-string", "negative", "zero", "outside-the-study", "no-comparison"],
+    ids=[
+        "missing-ppl_b",
+        "text",
+        "word",
+        "plain-string",
+        "negative",
+        "zero",
+        "unknown-key",
+        "outside-the-study",
+        "no-comparison",
+    ],
 )
 def test_configure_refuses_a_chapter_claim_the_report_would_crash_on_or_drop(study, capsys, claim, named):
     params = yaml.safe_load(yaml.safe_dump(SMALL))
@@ -585,7 +633,7 @@ def test_configure_lists_partner_models_with_the_metrics_of_the_study_that_train
     [
         ({"trainer__max_steps": 30}, ["study.partners.folder=../partner", "h1-s0.yaml differs", "the same settings"]),
         ({"study__seeds": [0, 1]}, ["study.partners.folder=../partner", "h1-s1.yaml not found", "on seed 1"]),
-        ({"study__partners": {"folder": "../partner"}}, ["study.partners", "expected {folder"]),
+        ({"study__partners": {"folder": "../partner"}}, ["study.partners.variants in params.yaml is missing"]),
         ({"study__variants": ["1"]}, ["study.partners.variants", "lists 1, which study.variants trains here"]),
     ],
 )

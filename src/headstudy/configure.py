@@ -23,12 +23,12 @@ from headstudy.common.errors import ConfigError
 from headstudy.common.files import read_json, staged_folder, write_json
 from headstudy.formats.names import model_name, parse_variant, task_folder
 from headstudy.formats.runconfig import config_text, training_section
+from headstudy.settings import schema
 from headstudy.settings.compose import (
     PARAMS_FILE,
     check_variant_settings,
     compose_config,
     conf_dir,
-    is_number,
     precision_warning,
     read_params,
     selected_rates,
@@ -41,13 +41,10 @@ DIGESTS_FILE = "digests.json"
 ARM = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def listed(study: dict, key: str, required: bool = True, section: str = "study") -> list:
-    """A non-empty list without repeats (DVC expands an empty matrix silently to no stages)."""
-    values = study.get(key)
-    if values is None and not required:
-        return []
-    if not isinstance(values, list) or not values:
-        raise ConfigError(f"{section}.{key} in {PARAMS_FILE} must be a non-empty list, got {values!r}")
+def listed(study: dict, key: str, section: str = "study") -> list:
+    """A list of the study's (typed by settings/schema.py), without repeats: DVC expands a
+    repeated matrix value to one stage, silently. [] when absent."""
+    values = study.get(key) or []
     names = [str(value) for value in values]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -66,12 +63,15 @@ def study_models(params: dict) -> list[dict]:
     study = params.get("study")
     if not isinstance(study, dict):
         raise ConfigError(f"{PARAMS_FILE}: expected a `study:` section with variants and seeds")
+    problems = schema.study_problems(study, f" in {PARAMS_FILE}")
+    if problems:
+        raise ConfigError("; ".join(problems))
     variants = [str(variant) for variant in listed(study, "variants")]
     for variant in variants:
         parse_variant(variant)
     seeds = listed(study, "seeds")
-    lrs = listed(study, "lrs", required=False)
-    clue_counts = listed(study, "clues", required=False)
+    lrs = listed(study, "lrs")
+    clue_counts = listed(study, "clues")
     # Each variant's own settings (its rate from study.rates, study.variant_overrides) are added by
     # compose_config, for a run by hand too. Settings of a variant the study leaves out are kept for
     # when it comes back.
@@ -81,20 +81,17 @@ def study_models(params: dict) -> list[dict]:
         )
     selected_rates(study)
     per_variant = study.get("variant_overrides") or {}
-    if not isinstance(per_variant, dict):
-        raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} must map variants to lists of key=value")
     for variant, settings in per_variant.items():
         try:
             parse_variant(variant)
         except ConfigError as error:
             raise ConfigError(f"study.variant_overrides in {PARAMS_FILE} names no variant: {error}") from None
         # What the study's matrix sets after a variant's settings would drop them silently.
-        if isinstance(settings, list):
-            check_variant_settings(
-                str(variant),
-                [item for item in settings if isinstance(item, str)],
-                (("optimizer.lr",) if lrs else ()) + (("data.clues", "paths.prepared") if clue_counts else ()),
-            )
+        check_variant_settings(
+            str(variant),
+            settings,
+            (("optimizer.lr",) if lrs else ()) + (("data.clues", "paths.prepared") if clue_counts else ()),
+        )
     models = []
     for variant in variants:
         for lr in lrs or [None]:
@@ -127,15 +124,6 @@ def partner_models(params: dict) -> list[dict]:
     partners = study.get("partners")
     if partners is None:
         return []
-    if (
-        not isinstance(partners, dict)
-        or set(partners) != {"folder", "variants"}
-        or not isinstance(partners["folder"], str)
-    ):
-        raise ConfigError(
-            f"study.partners in {PARAMS_FILE}: expected {{folder: ../STUDY, variants: [VARIANT, ...]}}, "
-            f"got {partners!r}"
-        )
     if study.get("lrs") or study.get("clues"):
         raise ConfigError(
             f"study.partners in {PARAMS_FILE}: only for a study of variants x seeds, without lrs or clues"
@@ -180,7 +168,7 @@ def study_arms(study: dict) -> dict[str, list[str]]:
     """The arms of a diagnosis study (study.arms), each with the diagnose settings it sets
     (study.arm_overrides.ARM; none for an arm not named there): every model of the study is
     diagnosed once per arm. {} for a study without arms, which writes no diagnose files."""
-    arms = [str(arm) for arm in listed(study, "arms", required=False)]
+    arms = [str(arm) for arm in listed(study, "arms")]
     misnamed = [arm for arm in arms if not ARM.fullmatch(arm)]
     if misnamed:
         raise ConfigError(
@@ -188,8 +176,6 @@ def study_arms(study: dict) -> dict[str, list[str]]:
             "digits and _, starting with a letter (it ends the run's name)"
         )
     settings = study.get("arm_overrides") or {}
-    if not isinstance(settings, dict):
-        raise ConfigError(f"study.arm_overrides in {PARAMS_FILE} must map arms to lists of diagnose.KEY=VALUE")
     unlisted = [str(arm) for arm in settings if str(arm) not in arms]
     if unlisted:
         raise ConfigError(
@@ -198,11 +184,8 @@ def study_arms(study: dict) -> dict[str, list[str]]:
     for arm, items in settings.items():
         # An arm changes how the diagnosis watches a training, or applies one stabiliser; any other
         # training key would train another model than the one the arm is compared with.
-        if not isinstance(items, list) or not all(
-            isinstance(item, str)
-            and "=" in item
-            and (item.startswith("diagnose.") or item.partition("=")[0] in STABILISERS)
-            for item in items
+        if not all(
+            "=" in item and (item.startswith("diagnose.") or item.partition("=")[0] in STABILISERS) for item in items
         ):
             raise ConfigError(
                 f"study.arm_overrides.{arm} in {PARAMS_FILE} must be a list of diagnose.KEY=VALUE or of a "
@@ -250,17 +233,16 @@ def report_variants(params: dict) -> list[str]:
 
 def check_report(params: dict) -> dict:
     report = params.get("report")
-    if not isinstance(report, dict) or not isinstance(report.get("title"), str):
+    if not isinstance(report, dict):
         raise ConfigError(f"{PARAMS_FILE}: expected a `report:` section with a title")
     if "seed_claim" in report:  # its name until 0.2.0: refused, so that the claim is never dropped unsaid
         raise ConfigError(f"report.seed_claim in {PARAMS_FILE} is now report.chapter_claim: rename it")
+    problems = schema.report_problems(report, f" in {PARAMS_FILE}")
+    if problems:
+        raise ConfigError("; ".join(problems))
     variants = report_variants(params)
     compare = report.get("compare") or []
-    if not isinstance(compare, list):
-        raise ConfigError(f"report.compare in {PARAMS_FILE}: expected a list of pairs [A, B], got {compare!r}")
     for pair in compare:
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise ConfigError(f"report.compare in {PARAMS_FILE}: expected pairs [A, B], got {pair!r}")
         # The report could only leave such a pair out.
         missing = [str(variant) for variant in pair if str(variant) not in variants]
         if missing:
@@ -268,43 +250,19 @@ def check_report(params: dict) -> dict:
                 f"report.compare in {PARAMS_FILE} pairs {pair!r}, but study.variants ({', '.join(variants)}) "
                 f"has no {' and no '.join(missing)}: add it to study.variants or remove the pair"
             )
-    check_chapter_claim(report.get("chapter_claim"), variants, compare)
+    if report.get("chapter_claim") is not None:
+        check_chapter_claim(report["chapter_claim"], variants, compare)
     if "share" in report:
         check_share(report["share"], variants, PARAMS_FILE)
-    limit = report.get("pool_if_variance_ratio_below")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 1):
-        raise ConfigError(
-            f"report.pool_if_variance_ratio_below in {PARAMS_FILE}: expected a number above 1 (a ratio of "
-            f"variances), got {limit!r}"
-        )
     return report
 
 
-CLAIM_KEYS = ("a", "b", "ppl_a", "ppl_b")
-
-
-def check_chapter_claim(claim, variants: list[str], compare: list) -> None:
+def check_chapter_claim(claim: dict, variants: list[str], compare: list) -> None:
     """report.chapter_claim, the course chapter's perplexities of variants A and B, set beside our
-    comparison [A, B] of report.compare: the report would crash on a missing or non-numeric
-    perplexity, and silently leave the claim out where that comparison is not made."""
-    if claim is None:  # no claim to show
-        return
-    expected = "expected {a: VARIANT, b: VARIANT, ppl_a: PERPLEXITY, ppl_b: PERPLEXITY}"
-    if not isinstance(claim, dict):
-        raise ConfigError(f"report.chapter_claim in {PARAMS_FILE}: {expected}, got {claim!r}")
-    missing = [key for key in CLAIM_KEYS if key not in claim]
-    unknown = [str(key) for key in claim if key not in CLAIM_KEYS]
-    if missing or unknown:
-        wrong = [f"no {', '.join(missing)}"] * bool(missing) + [f"unknown {', '.join(unknown)}"] * bool(unknown)
-        raise ConfigError(f"report.chapter_claim in {PARAMS_FILE}: {expected}, got {'; '.join(wrong)}")
-    for key in ("ppl_a", "ppl_b"):
-        if not is_number(claim[key]) or claim[key] <= 0:
-            raise ConfigError(
-                f"report.chapter_claim.{key} in {PARAMS_FILE}: expected a positive number (the chapter's "
-                f"perplexity of variant {claim[key[-1]]}), got {claim[key]!r}"
-            )
+    comparison [A, B] of report.compare: the report would silently leave the claim out where
+    that comparison is not made."""
     for key in ("a", "b"):
-        if isinstance(claim[key], bool) or str(claim[key]) not in variants:
+        if str(claim[key]) not in variants:
             raise ConfigError(
                 f"report.chapter_claim.{key} in {PARAMS_FILE} names variant {claim[key]!r}, but study.variants "
                 f"({', '.join(variants)}) has no such variant: the report could only leave the claim out"

@@ -28,7 +28,7 @@ from headstudy.analysis.sections.clue_accuracy import (
     spotlight_report,
     success_threshold,
 )
-from headstudy.analysis.sections.extra_runs import check_extras, check_runs
+from headstudy.analysis.sections.extra_runs import check_runs, extra_settings
 from headstudy.analysis.statistics import nan_to_null
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import read_json, write_atomically, write_json
@@ -98,7 +98,7 @@ def read_extras(settings: dict) -> list[dict]:
     split, answers/NAME.json, for the models that have one; folders are relative to the study's
     folder, where the stage runs."""
     extras = []
-    for index, extra in enumerate(check_extras(settings)):
+    for index, extra in enumerate(extra_settings(settings)):
         folder = Path(extra["metrics"])
         if not folder.is_dir():
             raise ConfigError(

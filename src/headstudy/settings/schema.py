@@ -1,8 +1,10 @@
-"""The type and range of every setting of a composed config, in one typed schema (pydantic):
-each field says in its description what it must be, and a value that is not refuses the config
-with its key, that description and the value (`optimizer.lr must be a finite positive number,
-got -1`). What one key cannot say alone (a head count that divides the width, a precision this
-device trains in, the multi-clue task's own rules) is checked beside it, in settings/compose.py.
+"""The type and range of every setting, in one typed schema (pydantic): a composed config's
+sections, and params.yaml's study: and report: sections. Each field says in its description what
+it must be, and a value that is not is refused with its key, that description and the value
+(`optimizer.lr must be a finite positive number, got -1`); a key no section has is refused too.
+What one key cannot say alone (a head count that divides the width, a precision this device
+trains in, the multi-clue task's own rules, a pair naming a variant of the study) is checked
+beside it, in settings/compose.py and configure.py.
 
 Types are strict: YAML and Hydra hand over typed values, so a text where a number belongs
 (`lr: 1e-3`, which YAML 1.1 reads as text) is refused rather than converted."""
@@ -179,6 +181,105 @@ class Config(Section):
     tracking: Tracking | None = setting("the tracking section", default=None)
 
 
+Variant = Annotated[str | int, Field(description="a variant")]
+
+
+class ChapterClaim(Section):
+    a: Variant = setting("a variant of study.variants")
+    b: Variant = setting("a variant of study.variants")
+    ppl_a: float = setting("a positive number (the chapter's perplexity of variant a)", gt=0)
+    ppl_b: float = setting("a positive number (the chapter's perplexity of variant b)", gt=0)
+
+
+class VideoClaim(Section):
+    single: Variant = setting("a variant")
+    multi: Variant = setting("a variant")
+    single_accuracy: float = setting("a number in [0, 1] (an accuracy)", ge=0, le=1)
+    multi_accuracy: float = setting("a number in [0, 1] (an accuracy)", ge=0, le=1)
+
+
+class ExtraRuns(Section):
+    title: str = setting("a title", min_length=1)
+    metrics: str = setting("a folder of score metrics files", min_length=1)
+    note: str = setting("a note", default="")
+
+
+class Budget(Section):
+    evidence: str = setting("a folder of the budget study's validation curves", min_length=1)
+    beat_bigram_by: float = setting("a number in [0, 1) (how far below the bigram every variant ends)", ge=0, lt=1)
+    max_gap_drift: float = setting("a positive number (the gap's largest move over the last quarter)", gt=0)
+
+
+class Report(Section):
+    """params.yaml's report: section. Which variants its pairs and claims may name, and
+    report.share's own rules, are checked beside it (configure.py)."""
+
+    title: str = setting("the report's title")
+    compare: list[Annotated[list[Variant], Field(min_length=2, max_length=2)]] = setting(
+        "a list of pairs [A, B] of variants", default=[]
+    )
+    compare_with: list[Variant] = setting("a list of variants", default=[])
+    chapter_claim: ChapterClaim | None = setting(
+        "{a: VARIANT, b: VARIANT, ppl_a: PERPLEXITY, ppl_b: PERPLEXITY}", default=None
+    )
+    video_claim: VideoClaim | None = setting(
+        "{single: VARIANT, multi: VARIANT, single_accuracy: A, multi_accuracy: A}", default=None
+    )
+    extra: list[ExtraRuns] | None = setting("a list of {title, metrics: FOLDER, note}", default=None)
+    labels: dict[Variant, str] = setting("a label for each variant it names", default={})
+    inspect: bool = setting("true or false", default=False)
+    sweep: bool = setting("true or false", default=False)
+    budget: Budget | None = setting("{evidence: FOLDER, beat_bigram_by: F, max_gap_drift: D}", default=None)
+    length_against: str | None = setting("the folder of a study at another training length", default=None)
+    reference: str | None = setting("a learning-rate study's reports/summary.json", default=None)
+    measured_time: str | None = setting("the study's measured time, in words", default=None)
+    pool_if_variance_ratio_below: float | None = setting("a number above 1 (a ratio of variances)", gt=1, default=None)
+    success_accuracy: float | None = setting(
+        "a number in (0, 1], the test accuracy at or above which a training counts as a success",
+        gt=0,
+        le=1,
+        default=None,
+    )
+    share: Any = setting(
+        "{gap: [A, B], closed_by: C, collapse_above: PPL, resamples: N, seed: S} or a list", default=None
+    )
+
+
+class Partners(Section):
+    folder: str = setting("the folder of the study that trains them (../STUDY)")
+    variants: list[Variant] = setting("a non-empty list of variants", min_length=1)
+
+
+class Study(Section):
+    """params.yaml's study: section. What its lists may hold beyond their types (no repeats, a
+    variant conf/ can build, arms and their settings, the rates' entry) is checked in configure.py."""
+
+    variants: list[Variant] = setting("a non-empty list of variants", min_length=1)
+    seeds: list[Annotated[int, Field(ge=0)]] = setting("a non-empty list of seeds (integers >= 0)", min_length=1)
+    lrs: list[Annotated[float, Field(gt=0)]] | None = setting(
+        "a non-empty list of learning rates (positive numbers)", min_length=1, default=None
+    )
+    clues: list[Annotated[int, Field(ge=1)]] | None = setting(
+        "a non-empty list of clue counts (integers >= 1)", min_length=1, default=None
+    )
+    # An entry's name or one rate: settings/compose.py's selected_rates says which, for a run by hand too.
+    rates: Any = setting("an entry of conf/selected_rates.yaml, or one learning rate", default=None)
+    variant_overrides: dict[Variant, list[str]] | None = setting(
+        "a map of variants to lists of KEY=VALUE", default=None
+    )
+    arms: list[str] | None = setting("a non-empty list of arm names", min_length=1, default=None)
+    arm_overrides: dict[str, list[str]] | None = setting("a map of arms to lists of KEY=VALUE", default=None)
+    partners: Partners | None = setting("{folder: ../STUDY, variants: [VARIANT, ...]}", default=None)
+
+
+def study_problems(study: dict, where: str = "") -> list[str]:
+    return errors_of(Study, study, "study.", where)
+
+
+def report_problems(report: dict, where: str = "") -> list[str]:
+    return errors_of(Report, report, "report.", where)
+
+
 def problems(settings: dict) -> list[str]:
     """One line per key that breaks the schema, in the config's order."""
     found = errors_of(Config, settings, "")
@@ -192,7 +293,9 @@ def problems(settings: dict) -> list[str]:
     return found
 
 
-def errors_of(schema: type[Section], settings: dict, prefix: str) -> list[str]:
+def errors_of(schema: type[Section], settings: dict, prefix: str, where: str = "") -> list[str]:
+    """The schema's problems with these settings, each key given with prefix (its section) and
+    where (the file, for a section a user writes by hand)."""
     try:
         schema.model_validate(settings)
     except ValidationError as error:
@@ -201,13 +304,13 @@ def errors_of(schema: type[Section], settings: dict, prefix: str) -> list[str]:
             key, description = field_at(schema, detail["loc"])
             if detail["type"] == "extra_forbidden":
                 key = ".".join(map(str, detail["loc"]))
-                found[key] = f"{prefix}{key} is not a setting"
+                found[key] = f"{prefix}{key}{where} is not a setting"
             elif key in found:  # a union's members each report the one value
                 continue
             elif detail["type"] == "missing":
-                found[key] = f"{prefix}{key} is missing: expected {description}"
+                found[key] = f"{prefix}{key}{where} is missing: expected {description}"
             else:
-                found[key] = f"{prefix}{key} must be {description}, got {value_at(settings, key)!r}"
+                found[key] = f"{prefix}{key}{where} must be {description}, got {value_at(settings, key)!r}"
         return list(found.values())
     return []
 

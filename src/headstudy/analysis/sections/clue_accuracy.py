@@ -21,7 +21,6 @@ from headstudy.analysis.rendering.headline import estimate
 from headstudy.analysis.rendering.wording import label, mid_sentence
 from headstudy.analysis.sections import answer_types, clue_ablation, extra_runs
 from headstudy.analysis.statistics import mean_ci95
-from headstudy.common.errors import ConfigError
 
 
 def percent(value: float) -> str:
@@ -38,16 +37,9 @@ def with_interval(mean: float, low: float, high: float, show=percent) -> str:
 
 def success_threshold(settings: dict) -> float | None:
     """report.success_accuracy: the accuracy at or above which a training counts as a success; None
-    when absent."""
+    when absent (its range checked by configure, settings/schema.py)."""
     value = settings.get("success_accuracy")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ConfigError(
-            f"report.success_accuracy in params.yaml: expected a number in (0, 1], the test accuracy at or "
-            f"above which a training counts as a success (e.g. 0.9), got {value!r}"
-        )
-    return float(value)
+    return None if value is None else float(value)
 
 
 def successes(accuracy: list[float], threshold: float) -> int:

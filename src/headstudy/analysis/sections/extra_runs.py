@@ -20,7 +20,6 @@ import pandas as pd
 
 from headstudy.common.errors import ConfigError
 
-KEYS = ("title", "metrics", "note")
 # The score metrics a row needs.
 NEEDED = ("heads", "seed", "clues", "accuracy")
 # The answers stage's columns: conflict answers hold a clue at most 2 tokens before the query and
@@ -34,23 +33,10 @@ SPLIT_COLUMNS = {
 LEARNING_RATE = re.compile(r"-lr(\d[\d.]*(?:e[+-]?\d+)?)-")
 
 
-def check_extras(settings: dict) -> list[dict]:
-    """report.extra, each entry with a title, a metrics folder and an optional note; [] when absent."""
-    extras = settings.get("extra")
-    if extras is None:
-        return []
-    shape = "expected a list of {title: ..., metrics: FOLDER, note: ...} (note optional)"
-    if not isinstance(extras, list):
-        raise ConfigError(f"report.extra in params.yaml: {shape}, got {extras!r}")
-    for index, extra in enumerate(extras):
-        if (
-            not isinstance(extra, dict)
-            or set(extra) - set(KEYS)
-            or not all(isinstance(extra.get(key), str) and extra[key] for key in ("title", "metrics"))
-            or not isinstance(extra.get("note", ""), str)
-        ):
-            raise ConfigError(f"report.extra[{index}] in params.yaml: {shape}, got {extra!r}")
-    return extras
+def extra_settings(settings: dict) -> list[dict]:
+    """report.extra, each entry with a title, a metrics folder and an optional note (their types
+    checked by configure, settings/schema.py); [] when absent."""
+    return settings.get("extra") or []
 
 
 def check_runs(index: int, folder: str, runs: dict[str, dict]) -> None:
