@@ -4,6 +4,7 @@ runs ("training k of N") and the study's time left, and closing tables that fit 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -11,8 +12,8 @@ import yaml
 from conftest import ROOT, headstudy_environment
 
 from headstudy.analysis.statistics import verdict
-from headstudy.bookkeeping import progress
-from headstudy.bookkeeping.training_bar import StepProgressBar
+from headstudy.bookkeeping import progress, stage_times
+from headstudy.bookkeeping.training_bar import StepProgressBar, later_stages_text
 from headstudy.report import results_table
 
 BOILERPLATE = (
@@ -96,6 +97,92 @@ def test_a_study_position_counts_the_models_trained_with_their_config(tmp_path, 
     position = progress.study_position(["headstudy", "train", "--config", str(train / "h4-s0.yaml")])
     assert position == progress.StudyPosition("h4-s0", 1, 3, 0, 60)
     assert position.header() == "train: h4-s0: training 1 of 3 in the study (0 trained, 2 to train after this one)"
+
+
+def test_each_kind_of_stage_keeps_its_latest_durations_in_its_pipeline_under_dvc_only(tmp_path, monkeypatch):
+    (tmp_path / ".dvc").mkdir()
+    pipeline = tmp_path / "studies" / "budget"
+    pipeline.mkdir(parents=True)
+    monkeypatch.chdir(pipeline)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.setenv("DVC_STAGE", "evaluate@1-0")
+    for seconds in range(1, 8):
+        stage_times.record("evaluate", seconds)
+    assert stage_times.mean_seconds() == {"evaluate": 5.0}  # the latest five: 3 to 7
+    saved = json.loads((tmp_path / stage_times.FILE).read_text())
+    assert saved == {"studies/budget": {"evaluate": [3, 4, 5, 6, 7]}}
+    monkeypatch.delenv("DVC_STAGE")
+    stage_times.record("report", 9)  # by hand: no stage of the pipeline
+    assert json.loads((tmp_path / stage_times.FILE).read_text()) == saved
+    assert stage_times.mean_seconds() == {}
+
+
+def test_a_times_file_that_cannot_be_written_leaves_the_stages_untimed(tmp_path, monkeypatch):
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "tmp").write_text("a file where DVC's folder belongs")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DVC_STAGE", "report")
+    stage_times.record("report", 3)
+    assert stage_times.mean_seconds() == {}
+
+
+def test_the_study_time_left_counts_the_stages_after_the_trainings_as_long_as_they_took_here(tmp_path, monkeypatch):
+    """Both models still to train: each to evaluate, then inspect and the report; evaluate and
+    report were timed here before, inspect never."""
+    (tmp_path / ".dvc" / "tmp").mkdir(parents=True)
+    (tmp_path / stage_times.FILE).write_text(json.dumps({".": {"evaluate": [10, 20], "report": [30], "train": [99]}}))
+    (tmp_path / "dvc.yaml").write_text(
+        yaml.safe_dump({"stages": dict.fromkeys(("train", "evaluate", "inspect", "report"), {})})
+    )
+    train = tmp_path / "configs" / "train"
+    train.mkdir(parents=True)
+    for name in ("h1-s0", "h4-s0"):
+        paths = {"models": str(tmp_path / "models"), "metrics": str(tmp_path / "metrics")}
+        (train / f"{name}.yaml").write_text(
+            yaml.safe_dump({"name": name, "paths": paths, "trainer": {"max_steps": 30}})
+        )
+    (tmp_path / "configs" / "report.yaml").write_text(
+        yaml.safe_dump({"models": [{"name": "h1-s0"}, {"name": "h4-s0"}]})
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DVC_STAGE", "train@4-0")
+    monkeypatch.delenv(progress.LANES_VARIABLE, raising=False)
+    position = progress.study_position(["headstudy", "train", "--config", "configs/train/h4-s0.yaml"])
+    assert position.later == {"evaluate": 2, "inspect": 1, "report": 1}
+    assert position.later_seconds == 2 * 15 + 30 and position.untimed == ("inspect",)
+    assert later_stages_text(position) == (
+        "then 2 evaluations, inspect and report: about 1 min for those timed here before, inspect never timed here"
+    )
+    assert progress.time_left_text(300, position.untimed) == "over 5 min"
+    assert progress.time_left_text(30, position.untimed) == "not known yet"
+    assert progress.time_left_text(300) == "about 5 min"
+
+
+def test_a_trained_model_is_evaluated_again_only_where_its_metrics_are_older_than_it(tmp_path):
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": {}, "evaluate": {}}}))
+    (tmp_path / "configs" / "train").mkdir(parents=True)
+    paths = {"models": str(tmp_path / "models"), "metrics": str(tmp_path / "metrics")}
+    (tmp_path / "configs" / "train" / "h1-s0.yaml").write_text(yaml.safe_dump({"name": "h1-s0", "paths": paths}))
+    (tmp_path / "models" / "h1-s0").mkdir(parents=True)
+    (tmp_path / "metrics").mkdir()
+    model, metrics = tmp_path / "models" / "h1-s0" / "model.pt", tmp_path / "metrics" / "h1-s0.json"
+    model.write_text("weights")
+    metrics.write_text("{}")
+    os.utime(model, (1_000, 1_000))
+    os.utime(metrics, (2_000, 2_000))
+    later = progress.stages_after_trainings(tmp_path / "configs", ["h1-s0", "h4-s0"], ["h1-s0"])
+    assert later == {"evaluate": 1}  # h4-s0 only
+    os.utime(model, (3_000, 3_000))  # trained again since its evaluation
+    assert progress.stages_after_trainings(tmp_path / "configs", ["h1-s0", "h4-s0"], ["h1-s0"]) == {"evaluate": 2}
+
+
+@pytest.mark.slow
+def test_a_study_run_by_dvc_times_its_stages_and_its_last_training_names_what_follows(reproduced_study):
+    project, output = reproduced_study
+    kinds = json.loads((project / stage_times.FILE).read_text())["."]
+    assert {"train", "evaluate", "report"} <= set(kinds), kinds
+    assert "train: study: every model trained; then " in output, output
+    assert "not timed here yet" in output, output  # the first run of the project
 
 
 @pytest.mark.parametrize(("lanes", "minutes"), [(None, 2 + 8), ("1", 2 + 8), ("2", 2 + 4), ("4", 2 + 2)])

@@ -11,9 +11,12 @@ import difflib
 import importlib
 import os
 import sys
+import time
 
 from headstudy.fingerprint import CONFIGURED_STAGES as STAGES
 from headstudy.settings.help import COMMANDS, HELP_FLAGS, command_help, usage
+
+STARTED = time.monotonic()  # a stage's time counts its imports: the wait a user sees
 
 
 def fail(message: str) -> None:
@@ -107,6 +110,9 @@ def dispatch(args: list[str]) -> None:
 
                 config.paths.checkpoints = str(outliving_checkpoints(config))
             importlib.import_module(f"headstudy.{command}").main(config)
+            from headstudy.bookkeeping import stage_times
+
+            stage_times.record(command, time.monotonic() - STARTED)
         else:
             importlib.import_module(f"headstudy.{command}").main(rest)
     except ConfigError as error:

@@ -12,11 +12,12 @@ import shutil
 import sys
 import textwrap
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from headstudy.bookkeeping import stage_times
 from headstudy.common.errors import ConfigError
 from headstudy.execution.lanes import LANES_VARIABLE
 from headstudy.formats.runconfig import read_config
@@ -37,6 +38,11 @@ class StudyPosition:
     total: int
     trained: int
     steps_after: int
+    # The stages DVC runs after the trainings, by kind and count, and the seconds they took here
+    # before (stage_times.py; their evaluations shared among the lanes); kinds never timed here.
+    later: dict[str, int] = field(default_factory=dict)
+    later_seconds: float = 0.0
+    untimed: tuple[str, ...] = ()
 
     def header(self) -> str:
         left = self.total - self.trained - 1
@@ -86,19 +92,62 @@ def study_position(argv: list[str] | None = None) -> StudyPosition | None:
     name = config_file.stem
     if name not in names:
         return None
-    trained, steps_after = 0, 0
+    trained, steps_after = [], 0
     for other in names:
         if other == name:
             continue
         other_file = config_file.parent / f"{other}.yaml"
         if is_trained(other_file):
-            trained += 1
+            trained.append(other)
         else:
             try:
                 steps_after += int(read_config(other_file).trainer.max_steps)
             except (ConfigError, OSError, AttributeError, ValueError, TypeError):
                 pass  # its stage will refuse it; its time is unknown
-    return StudyPosition(name, trained + 1, len(names), trained, steps_after)
+    later = stages_after_trainings(config_file.parent.parent, names, trained)
+    took = stage_times.mean_seconds()
+    seconds = sum(
+        took[kind] * count / (lane_count() if kind == "evaluate" else 1)
+        for kind, count in later.items()
+        if kind in took
+    )
+    untimed = tuple(kind for kind in later if kind not in took)
+    return StudyPosition(name, len(trained) + 1, len(names), len(trained), steps_after, later, seconds, untimed)
+
+
+# The stages of a perplexity study after its trainings, in the order DVC reaches them.
+LATER_KINDS = ("evaluate", "inspect", "report")
+
+
+def stages_after_trainings(configs: Path, names: list[str], trained: list[str]) -> dict[str, int]:
+    """What DVC runs after the study's trainings, of the kinds its dvc.yaml has: an evaluation of
+    every model not trained yet (the one training now included) or evaluated before its model
+    was last trained, then inspect and the report."""
+    try:
+        stages = yaml.safe_load((configs.parent / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    except (OSError, ValueError, yaml.YAMLError, TypeError, KeyError):
+        return {}
+    from headstudy.formats.trained import MODEL_FILE, model_dir  # as is_trained: torch
+
+    evaluations = len(names) - len(trained)
+    for name in trained:
+        try:
+            config = read_config(configs / "train" / f"{name}.yaml")
+            metrics = Path(config.paths.metrics) / f"{name}.json"
+            model = model_dir(config) / MODEL_FILE
+            evaluations += not metrics.is_file() or metrics.stat().st_mtime < model.stat().st_mtime
+        except (ConfigError, OSError, AttributeError):
+            evaluations += 1
+    counts = {"evaluate": evaluations, "inspect": 1, "report": 1}
+    return {kind: counts[kind] for kind in LATER_KINDS if kind in stages and counts[kind]}
+
+
+def time_left_text(seconds: float, untimed: tuple[str, ...] = ()) -> str:
+    """`about 12 min`; where stages still to run were never timed here, what is known is a lower
+    bound: `over 12 min` (`not known yet` under a minute)."""
+    if not untimed:
+        return duration(seconds)
+    return "not known yet" if seconds < 60 else f"over {duration(seconds).removeprefix('about ')}"
 
 
 def duration(seconds: float) -> str:

@@ -19,6 +19,7 @@ from headstudy.bookkeeping.progress import (
     mlflow_ui_hint,
     on_terminal,
     study_position,
+    time_left_text,
 )
 
 
@@ -67,8 +68,12 @@ class StepProgressBar(TQDMProgressBar):
         super().on_train_start(trainer, pl_module)
 
     def study_time_left(self, trainer) -> float:
-        """Seconds until the study's last model is trained, at this training's speed so far: the
-        rest of this one, and every model not yet trained shared among the lanes."""
+        """Seconds until the study ends: at this training's speed so far, the rest of this one and
+        every model not yet trained shared among the lanes; then the stages after the trainings,
+        as long as they took here before (those never timed here count as none)."""
+        return self.trainings_time_left(trainer) + self.position.later_seconds if self.position else float("nan")
+
+    def trainings_time_left(self, trainer) -> float:
         if self.position is None:
             return float("nan")
         steps = trainer.max_steps - trainer.global_step + self.position.steps_after / self.lanes
@@ -76,6 +81,10 @@ class StepProgressBar(TQDMProgressBar):
         if not rate > 0:  # no step timed yet, as right after a resume
             return float("nan")
         return steps * self.throughput.tokens_per_step / rate
+
+    def study_left_text(self, trainer) -> str | None:
+        left = self.study_time_left(trainer)
+        return time_left_text(left, self.position.untimed) if math.isfinite(left) else None
 
     def on_train_end(self, trainer, pl_module) -> None:
         super().on_train_end(trainer, pl_module)
@@ -92,9 +101,11 @@ class StepProgressBar(TQDMProgressBar):
             lanes = "one at a time" if self.lanes == 1 else f"in {self.lanes} lanes"
             print(
                 f"train: study: {left} of {self.position.total} trainings left, "
-                f"{duration(self.study_time_left(trainer))} {lanes} at this training's {rate:,.0f} tokens/s",
+                f"{duration(self.trainings_time_left(trainer))} {lanes} at this training's {rate:,.0f} tokens/s",
                 flush=True,
             )
+        elif not left and self.position.later:  # the last training: what the trainings feed is still to run
+            print(f"train: study: every model trained; {later_stages_text(self.position)}", flush=True)
 
     def init_train_tqdm(self) -> Tqdm:
         return Tqdm(
@@ -135,8 +146,8 @@ class StepProgressBar(TQDMProgressBar):
             if key.startswith("val")
         )
         took = time.perf_counter() - self.validation_started
-        left = self.study_time_left(trainer)
-        study = f"; study left: {duration(left)}" if math.isfinite(left) else ""
+        left = self.study_left_text(trainer)
+        study = f"; study left: {left}" if left else ""
         # On a line of its own: the training bar's redraws so far share one line, unended.
         step = f"{trainer.global_step}/{trainer.max_steps}"
         sys.stdout.write(f"\nValidation at step {step}: {results or 'done'} ({took:.1f} s){study}\n")
@@ -159,10 +170,27 @@ class StepProgressBar(TQDMProgressBar):
         tokens_per_sec = self.throughput.rate(trainer)
         if math.isfinite(tokens_per_sec):
             metrics["tokens/s"] = f"{tokens_per_sec:,.0f}"
-        left = self.study_time_left(trainer)
-        if math.isfinite(left):
-            metrics["study left"] = duration(left).removeprefix("about ")
+        left = self.study_left_text(trainer)
+        if left:
+            metrics["study left"] = left.removeprefix("about ")
         return metrics
+
+
+def later_stages_text(position: StudyPosition) -> str:
+    """`then 10 evaluations, inspect and report: about 6 min, as long as they took here before`."""
+    named = [
+        f"{count} evaluation{'s' * (count > 1)}" if kind == "evaluate" else kind
+        for kind, count in position.later.items()
+    ]
+    stages = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    if not position.untimed:
+        known = f"{duration(position.later_seconds)}, as long as they took here before"
+    elif position.later_seconds:
+        never = " and ".join(position.untimed)
+        known = f"{duration(position.later_seconds)} for those timed here before, {never} never timed here"
+    else:
+        known = "not timed here yet"
+    return f"then {stages}: {known}"
 
 
 def watchers(throughput: Throughput) -> list[L.Callback]:
