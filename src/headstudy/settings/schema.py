@@ -20,6 +20,10 @@ class Section(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
+# A head count (4) or a head count and a file of conf/variants/ (1-mix), as YAML gives either.
+Variant = Annotated[str | int, Field(description="a variant")]
+
+
 def setting(description: str, **constraints: Any) -> Any:
     return Field(description=description, **constraints)
 
@@ -126,7 +130,7 @@ class Role(Section):
 
 
 class FairNull(Section):
-    also: list[str | int] = setting("a list of variants")
+    also: list[Variant] = setting("a list of variants")
     max_unions: int = whole(1)
     sample_seed: int = whole(0)
     shuffles: int = whole(1)
@@ -135,8 +139,8 @@ class FairNull(Section):
 
 
 class Spotlight(Section):
-    single: int | str = setting("a variant")
-    multi: int | str = setting("a variant")
+    single: Variant = setting("a variant")
+    multi: Variant = setting("a variant")
     fair_null: FairNull = setting("the fair null's settings")
 
 
@@ -166,7 +170,7 @@ class Config(Section):
     """A composed config, or the part of it a stage's file or a recorded run holds: the
     sections a training needs are required, the others checked where present."""
 
-    variant: str | int | None = setting("a variant (H or H-NAME)", default=None)
+    variant: Variant | None = setting("a variant (H or H-NAME)", default=None)
     seed: int = whole(0)
     threads: int = whole(1)
     name: str | None = setting("a model name", default=None)
@@ -179,9 +183,6 @@ class Config(Section):
     diagnose: Diagnose | None = setting("the diagnose section", default=None)
     paths: Paths | None = setting("the paths section", default=None)
     tracking: Tracking | None = setting("the tracking section", default=None)
-
-
-Variant = Annotated[str | int, Field(description="a variant")]
 
 
 class ChapterClaim(Section):
