@@ -181,6 +181,7 @@ def test_bad_fractions_and_devices_are_one_line_naming_the_key(study, capsys, tm
         ("diagnose", {"clip_grad_norm": "off"}, "diagnose.clip_grad_norm must be null (no clipping) or a finite"),
         ("baselines", {"add_k": -1}, "baselines.add_k must be a finite positive number (add-k smoothing), got -1"),
         ("trainer", {"max_steps": 20, "compile": "yes"}, "trainer.compile must be true or false, got 'yes'"),
+        ("trainer", {"max_steps": 20, "accelerator": "cpuu"}, "trainer.accelerator must be cpu, gpu, cuda, mps or"),
         ("optimizer", {"betas": [0.9]}, "optimizer.betas must be two numbers in [0, 1), got [0.9]"),
     ],
 )

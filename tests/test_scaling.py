@@ -58,13 +58,18 @@ def test_batch_that_does_not_split_evenly_among_processes_is_refused(in_project)
         start_training(config, NO_TOKENS, NO_TOKENS, [])
 
 
-@pytest.mark.parametrize("override", ["trainer.accelerator=abacus"])
+@pytest.mark.parametrize("override", ["trainer.strategy=abacus"])
 def test_bad_trainer_choice_is_a_one_line_error_naming_the_trainer_keys(in_project, override):
     with pytest.raises(
         ConfigError, match=r"trainer\.accelerator=\w+, trainer\.devices=1, .*trainer\.precision="
     ) as error:
         start_training(compose_config([override]), NO_TOKENS, NO_TOKENS, [])
     assert override in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_accelerator_lightning_does_not_know_is_refused_where_the_config_is_composed(in_project):
+    with pytest.raises(ConfigError, match=r"trainer\.accelerator must be cpu, gpu, cuda, mps or auto, got 'abacus'"):
+        compose_config(["trainer.accelerator=abacus"])
 
 
 def test_a_precision_lightning_does_not_know_is_refused_where_the_config_is_composed(in_project):

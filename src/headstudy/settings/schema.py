@@ -65,7 +65,7 @@ class Trainer(Section):
     val_every_steps: int = whole(1)
     loss_points: int = whole(1)
     deterministic: bool | Literal["warn"] = setting("true, false or warn")
-    accelerator: str = setting("a Lightning accelerator (cpu, gpu, auto)")
+    accelerator: Literal["cpu", "gpu", "cuda", "mps", "auto"] = setting("cpu, gpu, cuda, mps or auto")
     devices: Annotated[int | str | list[int], AfterValidator(device_list)] = setting(
         "a number of devices (1, 2, ...; -1 for all), auto, or a list of device indices"
     )
