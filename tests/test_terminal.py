@@ -121,6 +121,7 @@ def test_a_times_file_that_cannot_be_written_leaves_the_stages_untimed(tmp_path,
     (tmp_path / ".dvc").mkdir()
     (tmp_path / ".dvc" / "tmp").write_text("a file where DVC's folder belongs")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
     monkeypatch.setenv("DVC_STAGE", "report")
     stage_times.record("report", 3)
     assert stage_times.mean_seconds() == {}
@@ -146,6 +147,7 @@ def test_the_study_time_left_counts_the_stages_after_the_trainings_as_long_as_th
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DVC_STAGE", "train@4-0")
+    monkeypatch.delenv("DVC_ROOT", raising=False)
     monkeypatch.delenv(progress.LANES_VARIABLE, raising=False)
     position = progress.study_position(["headstudy", "train", "--config", "configs/train/h4-s0.yaml"])
     assert position.later == {"evaluate": 2, "inspect": 1, "report": 1}
