@@ -67,6 +67,13 @@ def with_study(**changes) -> dict:
     return params
 
 
+def assert_configure_refuses(study, capsys, params: dict, named: str, conf: Path = ROOT / "conf") -> None:
+    """configure on a study of these params refuses in one line naming `named`, writing nothing."""
+    before = study(params, conf)
+    assert named in refused(capsys, "configure")
+    assert files_in(Path.cwd()) == before
+
+
 @pytest.mark.parametrize(
     "overrides, named",
     [
@@ -148,9 +155,7 @@ SPOTLIGHT = yaml.safe_load((ROOT / "studies/spotlight/params.yaml").read_text())
 def test_configure_refuses_task_settings_that_prepare_or_the_context_would_refuse(study, capsys, data, named):
     params = yaml.safe_load(yaml.safe_dump(SPOTLIGHT))
     params["data"].update(data)
-    before = study(params)
-    assert named in refused(capsys, "configure")
-    assert files_in(Path.cwd()) == before
+    assert_configure_refuses(study, capsys, params, named)
 
 
 @pytest.mark.parametrize(
@@ -190,9 +195,7 @@ def test_configure_refuses_a_setting_of_the_wrong_type_or_range_in_any_section_n
 ):
     params = with_study()
     params[section] = values
-    before = study(params)
-    assert named in refused(capsys, "configure")
-    assert files_in(Path.cwd()) == before
+    assert_configure_refuses(study, capsys, params, named)
 
 
 @pytest.mark.parametrize(
@@ -206,9 +209,7 @@ def test_configure_refuses_a_setting_of_the_wrong_type_or_range_in_any_section_n
     ],
 )
 def test_configure_refuses_a_study_setting_of_the_wrong_type_or_name_naming_it(study, capsys, study_changes, named):
-    before = study(with_study(**study_changes))
-    assert named in refused(capsys, "configure")
-    assert files_in(Path.cwd()) == before
+    assert_configure_refuses(study, capsys, with_study(**study_changes), named)
 
 
 @pytest.mark.parametrize(
@@ -227,9 +228,7 @@ def test_configure_refuses_a_study_setting_of_the_wrong_type_or_name_naming_it(s
 def test_configure_refuses_a_report_setting_of_the_wrong_type_or_name_naming_it(study, capsys, report, named):
     params = with_study()
     params["report"].update(report)
-    before = study(params)
-    assert named in refused(capsys, "configure")
-    assert files_in(Path.cwd()) == before
+    assert_configure_refuses(study, capsys, params, named)
 
 
 @pytest.mark.parametrize(
@@ -250,9 +249,8 @@ def test_a_conf_file_with_a_key_no_section_has_or_without_one_it_needs_is_refuse
         path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith("compile:")))
     else:
         path.write_text(text)
-    before = study(with_study(variants=[1, "4-qk"]) | {"report": {"title": "t", "compare": [[1, "4-qk"]]}}, conf)
-    assert named in refused(capsys, "configure")
-    assert files_in(Path.cwd()) == before
+    params = with_study(variants=[1, "4-qk"]) | {"report": {"title": "t", "compare": [[1, "4-qk"]]}}
+    assert_configure_refuses(study, capsys, params, named, conf)
 
 
 @pytest.mark.parametrize("command", ["config", "train"])
@@ -496,10 +494,7 @@ CLAIM = {"a": 1, "b": 4, "ppl_a": 46.1, "ppl_b": 43.2}
 def test_configure_refuses_a_chapter_claim_the_report_would_crash_on_or_drop(study, capsys, claim, named):
     params = yaml.safe_load(yaml.safe_dump(SMALL))
     params["report"]["chapter_claim"] = claim
-    before = study(params)
-    line = refused(capsys, "configure")
-    assert named in line, line
-    assert files_in(Path.cwd()) == before
+    assert_configure_refuses(study, capsys, params, named)
 
 
 def test_configure_writes_a_chapter_claim_beside_its_comparison(study, capsys):

@@ -162,9 +162,6 @@ def test_the_study_time_left_counts_the_stages_after_the_trainings_as_long_as_th
 
 def test_a_trained_model_is_evaluated_again_only_where_its_metrics_are_older_than_it(tmp_path):
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": {}, "evaluate": {}}}))
-    (tmp_path / "configs" / "train").mkdir(parents=True)
-    paths = {"models": str(tmp_path / "models"), "metrics": str(tmp_path / "metrics")}
-    (tmp_path / "configs" / "train" / "h1-s0.yaml").write_text(yaml.safe_dump({"name": "h1-s0", "paths": paths}))
     (tmp_path / "models" / "h1-s0").mkdir(parents=True)
     (tmp_path / "metrics").mkdir()
     model, metrics = tmp_path / "models" / "h1-s0" / "model.pt", tmp_path / "metrics" / "h1-s0.json"
@@ -172,10 +169,10 @@ def test_a_trained_model_is_evaluated_again_only_where_its_metrics_are_older_tha
     metrics.write_text("{}")
     os.utime(model, (1_000, 1_000))
     os.utime(metrics, (2_000, 2_000))
-    later = progress.stages_after_trainings(tmp_path / "configs", ["h1-s0", "h4-s0"], ["h1-s0"])
+    later = progress.stages_after_trainings(tmp_path, 1, [(model, metrics)])
     assert later == {"evaluate": 1}  # h4-s0 only
     os.utime(model, (3_000, 3_000))  # trained again since its evaluation
-    assert progress.stages_after_trainings(tmp_path / "configs", ["h1-s0", "h4-s0"], ["h1-s0"]) == {"evaluate": 2}
+    assert progress.stages_after_trainings(tmp_path, 1, [(model, metrics)]) == {"evaluate": 2}
 
 
 @pytest.mark.slow

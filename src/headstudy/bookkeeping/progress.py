@@ -60,8 +60,9 @@ def config_argument(argv: list[str]) -> Path | None:
     return None
 
 
-def is_trained(config_file: Path) -> bool:
-    """The model of a training config is in its folder, trained with that config."""
+def trained_model(config_file: Path) -> tuple[Path, Path] | None:
+    """The model file of a training config, if its folder holds one trained with that config,
+    and the file its evaluation writes (metrics/NAME.json); None when it is still to train."""
     # Imported here: it imports torch, which the stages that only print tables do not need.
     from headstudy.formats.trained import MODEL_FILE, check_saved_config, model_dir
 
@@ -69,9 +70,10 @@ def is_trained(config_file: Path) -> bool:
         config = read_config(config_file)
         directory = model_dir(config)
         check_saved_config(directory, config)
+        evaluation = Path(config.paths.metrics) / f"{config.name}.json"
     except (ConfigError, OSError, yaml.YAMLError, AttributeError, KeyError):
-        return False
-    return (directory / MODEL_FILE).is_file()
+        return None
+    return (directory / MODEL_FILE, evaluation) if (directory / MODEL_FILE).is_file() else None
 
 
 def study_position(argv: list[str] | None = None) -> StudyPosition | None:
@@ -97,14 +99,15 @@ def study_position(argv: list[str] | None = None) -> StudyPosition | None:
         if other == name:
             continue
         other_file = config_file.parent / f"{other}.yaml"
-        if is_trained(other_file):
-            trained.append(other)
+        files = trained_model(other_file)
+        if files:
+            trained.append(files)
         else:
             try:
                 steps_after += int(read_config(other_file).trainer.max_steps)
             except (ConfigError, OSError, AttributeError, ValueError, TypeError):
                 pass  # its stage will refuse it; its time is unknown
-    later = stages_after_trainings(config_file.parent.parent, names, trained)
+    later = stages_after_trainings(config_file.parent.parent.parent, len(names) - len(trained), trained)
     took = stage_times.mean_seconds()
     seconds = sum(
         took[kind] * count / (lane_count() if kind == "evaluate" else 1)
@@ -119,24 +122,20 @@ def study_position(argv: list[str] | None = None) -> StudyPosition | None:
 LATER_KINDS = ("evaluate", "inspect", "report")
 
 
-def stages_after_trainings(configs: Path, names: list[str], trained: list[str]) -> dict[str, int]:
-    """What DVC runs after the study's trainings, of the kinds its dvc.yaml has: an evaluation of
-    every model not trained yet (the one training now included) or evaluated before its model
-    was last trained, then inspect and the report."""
+def stages_after_trainings(pipeline: Path, untrained: int, trained: list[tuple[Path, Path]]) -> dict[str, int]:
+    """What DVC runs after the study's trainings, of the kinds the pipeline's dvc.yaml has: an
+    evaluation of each of the `untrained` models (the one training now included) and of each
+    trained one (model file, evaluation file) evaluated before it was last trained, then inspect
+    and the report."""
     try:
-        stages = yaml.safe_load((configs.parent / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+        stages = yaml.safe_load((pipeline / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     except (OSError, ValueError, yaml.YAMLError, TypeError, KeyError):
         return {}
-    from headstudy.formats.trained import MODEL_FILE, model_dir  # as is_trained: torch
-
-    evaluations = len(names) - len(trained)
-    for name in trained:
+    evaluations = untrained
+    for model, evaluation in trained:
         try:
-            config = read_config(configs / "train" / f"{name}.yaml")
-            metrics = Path(config.paths.metrics) / f"{name}.json"
-            model = model_dir(config) / MODEL_FILE
-            evaluations += not metrics.is_file() or metrics.stat().st_mtime < model.stat().st_mtime
-        except (ConfigError, OSError, AttributeError):
+            evaluations += evaluation.stat().st_mtime < model.stat().st_mtime
+        except OSError:  # not evaluated yet
             evaluations += 1
     counts = {"evaluate": evaluations, "inspect": 1, "report": 1}
     return {kind: counts[kind] for kind in LATER_KINDS if kind in stages and counts[kind]}

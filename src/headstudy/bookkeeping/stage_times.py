@@ -13,7 +13,7 @@ from pathlib import Path
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically
 from headstudy.execution import locks
-from headstudy.execution.jobs import in_users_repository
+from headstudy.execution.jobs import in_users_repository, repository_root
 
 FILE = Path(".dvc") / "tmp" / "headstudy-stage-seconds.json"
 # The latest durations of each kind only: the machine, or the study's settings, may have changed.
@@ -27,7 +27,7 @@ def where() -> tuple[Path, str] | None:
     if "DVC_STAGE" not in os.environ:
         return None
     here = Path.cwd().absolute()
-    root = next((above for above in (here, *here.parents) if (above / ".dvc").is_dir()), None)
+    root = repository_root(here)
     if root is None:
         return None
     return in_users_repository(root / FILE), here.relative_to(root).as_posix()

@@ -56,6 +56,12 @@ def in_queued_experiment() -> bool:
     return Path.cwd().resolve().is_relative_to((Path(repository) / QUEUE_WORKERS.parent).resolve())
 
 
+def repository_root(folder: Path) -> Path | None:
+    """The DVC repository `folder` is in (the nearest folder up holding .dvc/), or None."""
+    folder = Path(folder).absolute()
+    return next((above for above in (folder, *folder.parents) if (above / ".dvc").is_dir()), None)
+
+
 def in_users_repository(folder: Path) -> Path:
     """`folder` where the user's repository has it. A DVC experiment from the queue, or one run
     with --temp, runs in a copy of the repository that DVC deletes afterwards, and names the
@@ -63,7 +69,7 @@ def in_users_repository(folder: Path) -> Path:
     to the same place in the user's repository."""
     folder = Path(folder).absolute()
     user_repository = os.environ.get("DVC_ROOT")
-    copy = next((above for above in (folder, *folder.parents) if (above / ".dvc").is_dir()), None)
+    copy = repository_root(folder)
     if not user_repository or copy is None:
         return folder
     return Path(user_repository).resolve() / folder.relative_to(copy)
