@@ -3,8 +3,10 @@ mistyped key, option or command. Run as a user runs it, through the installed co
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -148,3 +150,22 @@ def test_help_into_a_closed_pipe_stops_quietly(monkeypatch, capsys):
         closed_pipe.close()
     assert stopped.value.code == 1
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_command_in_its_own_process_collects_garbage_again_once_its_imports_are_frozen():
+    """The collector is off while a command's libraries import (cli.main), then back on for the
+    command's own work, which may run for hours: without it, cycles would never be freed."""
+    code = (
+        "import gc, sys; from headstudy.cli import main; sys.argv = ['headstudy', 'count']; main(); "
+        "print('collector on:', gc.isenabled(), 'frozen:', gc.get_freeze_count() > 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "collector on: True frozen: True"
+
+
+def test_a_command_called_in_process_leaves_the_callers_collector_alone(capsys):
+    frozen = gc.get_freeze_count()
+    main(["count"])
+    assert '"params": 328704' in capsys.readouterr().out
+    assert gc.isenabled() and gc.get_freeze_count() == frozen

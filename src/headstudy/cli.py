@@ -8,6 +8,7 @@ syntax) when run by hand: settings/compose.py does both the same way. Errors mea
 from __future__ import annotations
 
 import difflib
+import gc
 import importlib
 import os
 import sys
@@ -45,7 +46,25 @@ def load_config(command: str, args: list[str]):
     return stage_config(command, compose_config(args))
 
 
+def command_module(command: str):
+    """The command's module. In a process of its own (main turned the collector off) the
+    collector comes back on after the import, without the imported objects, which live to the
+    end anyway (gc.freeze): no later collection scans them again."""
+    module = importlib.import_module(f"headstudy.{command}")
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+    return module
+
+
 def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        # A command in a process of its own: Python's cyclic collector would scan the libraries'
+        # objects again and again while they import and while the command runs, for about a
+        # quarter of a tiny training's CPU (8.4 s against 6.3 s, measured); it stays off until
+        # the command's module is imported (command_module). A caller's own collector (a test
+        # calling main with its arguments) is left alone.
+        gc.disable()
     try:
         dispatch(sys.argv[1:] if argv is None else argv)
         sys.stdout.flush()  # a short output meets a closed pipe only here, not at exit
@@ -109,12 +128,12 @@ def dispatch(args: list[str]) -> None:
                 from headstudy.execution.jobs import outliving_checkpoints
 
                 config.paths.checkpoints = str(outliving_checkpoints(config))
-            importlib.import_module(f"headstudy.{command}").main(config)
+            command_module(command).main(config)
             from headstudy.bookkeeping import stage_times
 
             stage_times.record(command, time.monotonic() - STARTED)
         else:
-            importlib.import_module(f"headstudy.{command}").main(rest)
+            command_module(command).main(rest)
     except ConfigError as error:
         print(f"headstudy {command}: error: {error}", file=sys.stderr)
         sys.exit(2)
