@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -171,6 +172,12 @@ def pytest_collection_modifyitems(items):
         return (1 if item.path in slow_files else 2), 0
 
     items.sort(key=rank)
+
+
+def pytest_collection_finish(session):
+    """Every test module and library is imported by now and stays to the end: frozen out of the
+    cyclic collector's scans (gc.freeze), as cli.main does for a command's imports."""
+    gc.freeze()
 
 
 def free_port() -> int:
