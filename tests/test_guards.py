@@ -331,11 +331,11 @@ def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected,
 
 
 @pytest.mark.slow
-def test_a_tracking_store_that_cannot_be_opened_is_one_line(work, tmp_path):
+def test_a_tracking_store_that_cannot_be_opened_is_one_line(work, tmp_path, capsys, monkeypatch):
     store = tmp_path / "not-a-store.db"
     store.write_text("this is not an SQLite database\n")
     uri = f"sqlite:///{store}"
-    result = headstudy(work, "train", *DATA, *TINY, "seed=40", MLFLOW_TRACKING_URI=uri)
+    result = headstudy_here(capsys, monkeypatch, work, "train", *DATA, *TINY, "seed=40", MLFLOW_TRACKING_URI=uri)
     assert_refused(result, "train", "cannot open the MLflow store", uri, "MLFLOW_TRACKING_URI")
     assert len(result.stderr.strip().splitlines()) <= 3
     assert not (work / "models" / "h1-s40").exists()
