@@ -255,7 +255,24 @@ class CodeIndex:
         return "\n".join(sorted(self.digest(("definition", module_name, name)) for name in module.definitions))
 
     def rewritten(self, module_name: str, node: ast.AST) -> str:
-        return ast.unparse(Resolver(self, module_name).visit(copy.deepcopy(node)))
+        return ast.unparse(Resolver(self, module_name).visit(copied(node)))
+
+
+def copied(node):
+    """A copy of a syntax tree for Resolver to rewrite: its nodes and lists new, their leaves
+    (names, constants, positions) shared, as they are never changed. copy.deepcopy's generic
+    walk took half of the fingerprint stage's time."""
+    if isinstance(node, list):
+        return [copied(item) for item in node]
+    if not isinstance(node, ast.AST):
+        return node
+    new = node.__class__()
+    for name, value in ast.iter_fields(node):
+        setattr(new, name, copied(value))
+    for name in node._attributes:
+        if hasattr(node, name):
+            setattr(new, name, getattr(node, name))
+    return new
 
 
 class Resolver(ast.NodeTransformer):
