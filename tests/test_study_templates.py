@@ -54,16 +54,15 @@ def test_the_check_passes_on_the_committed_files_and_names_a_hand_edit(tmp_path)
     assert written.returncode == 0 and pipeline.read_text() == generated, written.stdout + written.stderr
 
 
-GOOD = "good:\n  kind: perplexity\n  curves: [1, 4]\n"
+GOOD = "good:\n  kind: perplexity\n"
 BAD_ENTRIES = [
     ("bad:\n  kind: perplexity-study\n", "bad", "kind"),
-    ("bad:\n  curves: [1, 4]\n", "bad", "kind"),
-    ("bad:\n  kind: perplexity\n", "bad", "curves"),
-    ("bad:\n  kind: perplexity\n  curves: [1, 4]\n  lr: true\n", "bad", "lr"),
+    ("bad:\n  note: a study of some kind\n", "bad", "kind"),
+    ("bad:\n  kind: perplexity\n  lr: true\n", "bad", "lr"),
     ("bad:\n  kind: task\n  ablate: yes please\n", "bad", "ablate"),
     ("bad:\n  kind: task\n  plots: [accuracy_by_clues.png]\n", "bad", "plots"),
-    ("bad:\n  kind: perplexity\n  curves: [1, 4]\n  inspect: true\n", "bad", "report_figures"),
-    ("bad:\n  kind: perplexity\n  curves: 4\n", "bad", "curves"),
+    ("bad:\n  kind: perplexity\n  inspect: true\n", "bad", "report_figures"),
+    ("bad:\n  kind: perplexity\n  report_figures: 4\n", "bad", "report_figures"),
     ("bad:\n  kind: diagnosis\n  report_deps: {../x: [a list]}\n", "bad", "report_deps"),
     ("bad:\n  kind: diagnosis\n  report_deps: [metrics/diagnostics]\n", "bad", "report_deps"),
     ("bad:\n  kind: lr-grid\n  plots: [reports/figures/x.png]\n", "bad", "plots"),

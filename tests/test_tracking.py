@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import matplotlib
 import mlflow
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -289,15 +290,15 @@ def test_report_goes_to_the_study_run_and_closes_it_leaving_training_runs_alone(
 
 
 def test_dvc_plots_show_every_variant_of_the_study_and_need_no_network(tmp_path):
-    """The curve chart of `dvc plots show` draws one line per variant of params.yaml, from the
-    report's seed-averaged curves, and the page it writes loads nothing from the internet."""
-    variants = [str(variant) for variant in yaml.safe_load((ROOT / "params.yaml").read_text())["study"]["variants"]]
+    """The curve chart of `dvc plots show` draws one line per model of the report's curve table,
+    named as in the report, whichever variants the study has, and the page it writes loads nothing
+    from the internet."""
     [curves] = [
         plot["reports/validation_curves.csv"]
         for plot in yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
         if isinstance(plot, dict) and "reports/validation_curves.csv" in plot
     ]
-    assert [str(field) for field in curves["y"]] == variants
+    assert (curves["x"], curves["y"]) == ("tokens", "perplexity")
 
     project = tmp_path / "plots"
     project.mkdir()
@@ -309,28 +310,33 @@ def test_dvc_plots_show_every_variant_of_the_study_and_need_no_network(tmp_path)
         copy = shutil.copytree if (ROOT / ".dvc" / name).is_dir() else shutil.copy
         copy(ROOT / ".dvc" / name, project / ".dvc" / name)
     (project / "reports").mkdir()
-    rows = ["tokens," + ",".join(variants), "1000," + ",".join("90.0" for _ in variants)]
-    (project / "reports/validation_curves.csv").write_text("\n".join(rows) + "\n")
+    # The committed study's models, and one more, as a user's new variant adds it.
+    models = [row["label"] for row in json.loads((ROOT / "reports/summary.json").read_text())["rows"]]
+    models.append("8 heads")
+    rows = [(model, tokens, 90.0 - index) for index, model in enumerate(models) for tokens in (1000, 2000)]
+    pd.DataFrame(rows, columns=["model", "tokens", "perplexity"]).to_csv(
+        project / "reports/validation_curves.csv", index=False
+    )
 
     shown = json.loads(command(project, "dvc", "plots", "show", "--json"))
     assert not [error for error in shown.get("errors", []) if error["name"] == "reports/validation_curves.csv"]
     [drawn] = shown["data"]["reports/validation_curves.csv"]
-    assert all(f'"field": "{variant}"' in json.dumps(drawn["content"]) for variant in variants)
+    assert all(f'"model": "{model}"' in json.dumps(drawn["content"]) for model in models)
 
     command(project, "dvc", "plots", "show")
     page = (project / "dvc_plots/index.html").read_text()
     assert "function vegaEmbed" in page and "vegaEmbed('#reports_validation_curves_csv'" in page
     assert "<script src" not in page and "cdn." not in page
 
-    # As drawn: a line per variant in the study's order, in the report's colours (matplotlib's
-    # default cycle, which the report's figures use in the same order), named by the variant.
+    # As drawn: a line per model in the study's order, in the report's colours (matplotlib's
+    # default cycle, which the report's figures use in the same order), named as in the report.
     chromium()
     drawn = run_chromium("--virtual-time-budget=5000", "--dump-dom", (project / "dvc_plots/index.html").as_uri()).stdout
     strokes = re.findall(r'<polyline points="[^"]*" fill="none" stroke="([^"]*)"', drawn)
     report_colours = [to_hex(colour) for colour in matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]]
-    assert strokes == report_colours[: len(variants)], strokes
+    assert strokes == report_colours[: len(models)], strokes
     legend = re.findall(r'<text x="\d+(?:\.\d+)?" y="\d+(?:\.\d+)?">([^<]*)</text>', drawn)
-    assert legend[-len(variants) :] == variants, legend
+    assert legend[-len(models) :] == models, legend
     assert not [name for name in legend if "workspace" in name], legend
     assert json.loads((ROOT / ".dvc/plots/variants.json").read_text())["encoding"]["color"]["scale"] == {
         "scheme": "category10"  # Vega's name for the same ten colours, for a reader's own Vega

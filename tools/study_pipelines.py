@@ -12,11 +12,11 @@ with as many ../ as the folder is deep), their outputs and the comments. The kin
 - every kind: `kind`, and `note`, a sentence added to the file's opening comment.
 - `training` (configure, train over variant x seed, and evaluate with `evaluate: true`):
   `track_curves: false` leaves the training curves out of the outputs.
-- `perplexity` (configure, train and evaluate over variant x seed, report): `curves`, the variants
-  whose validation curves `dvc plots show` draws in one chart (required); `plots`, the report's
-  figures that it also shows (default comparisons.png); `inspect: true` or the reason for an inspect
-  stage, which needs `report_figures`, the report's figures named one by one, because inspect writes
-  into reports/figures; `unlisted_metrics`, the reason why reports/metrics is a plain output and not
+- `perplexity` (configure, train and evaluate over variant x seed, report; `dvc plots show` draws
+  every variant's validation curve in one chart): `plots`, the report's figures that it also shows
+  (default comparisons.png); `inspect: true` or the reason for an inspect stage, which needs
+  `report_figures`, the report's figures named one by one, because inspect writes into
+  reports/figures; `unlisted_metrics`, the reason why reports/metrics is a plain output and not
   in `dvc metrics show`.
 - `lr-grid` (configure, train over variant x lr x seed, report): `plots`, by default its two figures.
 - `task` (configure, prepare over clues, train and score over variant x clues x seed): `lr: true`
@@ -87,8 +87,7 @@ class UniqueKeys(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# Each kind's keys besides `kind` and `note`: (type, default); REQUIRED has no default.
-REQUIRED = object()
+# Each kind's keys besides `kind` and `note`: (type, default).
 FLAG, TEXT, FLAG_OR_TEXT, NAMES, NOTED = "flag", "text", "flag_or_text", "names", "noted"
 LR_GRID_PLOTS = {
     "validation_curves.png": "`dvc plots show`: every variant's validation curve at every rate, in one figure.",
@@ -97,7 +96,6 @@ LR_GRID_PLOTS = {
 KINDS = {
     "training": {"evaluate": (FLAG, False), "track_curves": (FLAG, True)},
     "perplexity": {
-        "curves": (NAMES, REQUIRED),
         "plots": (NOTED, {"comparisons.png": None}),
         "inspect": (FLAG_OR_TEXT, False),
         "report_figures": (NAMES, None),
@@ -181,10 +179,7 @@ def checked_entry(name, entry, root: Path = ROOT) -> dict:
         else:
             checked[key] = checked_value(name, key, keys[key][0], value)
     for key, (_, default) in keys.items():
-        if key not in checked:
-            if default is REQUIRED:
-                raise EntryError(name, key, f"missing: a {kind} study needs it")
-            checked[key] = default
+        checked.setdefault(key, default)
     if kind == "perplexity" and checked["inspect"] is not False and not checked["report_figures"]:
         raise EntryError(
             name,
@@ -388,7 +383,8 @@ def perplexity(entry: dict, up: str) -> list[list[str]]:
     figures = [f"reports/figures/{name}" for name in entry["report_figures"] or []] or ["reports/figures"]
     curves = (
         "reports/validation_curves.csv",
-        "Validation perplexity by variant (geometric mean over seeds), for `dvc plots show`.",
+        "Each variant's validation perplexity (geometric mean over seeds), named as the report names it, "
+        "for `dvc plots show`.",
     )
     outs = ["reports/results.md", "reports/results.html", *figures, "reports/summary.json", curves]
     stages.append(report(entry, "report", reads, outs, up))
@@ -397,7 +393,7 @@ def perplexity(entry: dict, up: str) -> list[list[str]]:
         "  - reports/validation_curves.csv:",
         "      template: variants",
         "      x: tokens",
-        f"      y: [{', '.join(scalar(name) for name in entry['curves'])}]",
+        "      y: perplexity",
         "      x_label: training tokens",
         "      y_label: validation perplexity",
     ]

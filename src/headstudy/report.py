@@ -265,15 +265,14 @@ def study_report(
             found, rows, curves, inputs["other_budget"], Path(settings["length_against"]), tokens_per_word, figure_dir
         )
         blocks += length_blocks
-    write_curve_table(curves, Path(config.paths.reports) / "validation_curves.csv")
+    names = {r["variant"]: r["label"] for r in rows}
+    write_curve_table(curves, names, Path(config.paths.reports) / "validation_curves.csv")
     blocks += [
         ("heading", "Figures"),
         (
             "figure",
             (
-                report_figures.validation_curves(
-                    curves, {r["variant"]: r["label"] for r in rows}, figure_dir / "validation_curves.png"
-                ),
+                report_figures.validation_curves(curves, names, figure_dir / "validation_curves.png"),
                 "Validation perplexity per token against training tokens: each variant's mean over seeds as a "
                 "line, the band from its lowest to its highest seed.",
             ),
@@ -302,13 +301,19 @@ def study_report(
     return blocks, summary
 
 
-def write_curve_table(curves: pd.DataFrame, path: Path) -> None:
-    """Validation perplexity against training tokens, one column per variant (geometric mean over
-    seeds): the table that `dvc plots show` overlays."""
-    table = curves.assign(log_ppl=np.log(curves["val_ppl"])).pivot_table(
-        index="tokens", columns="variant", values="log_ppl", aggfunc="mean", sort=False
+def write_curve_table(curves: pd.DataFrame, names: dict[str, str], path: Path) -> None:
+    """Validation perplexity against training tokens, a row per variant and point (geometric mean
+    over seeds), the variant named as in the report: the table that `dvc plots show` draws, a line
+    per model, whichever variants the study has."""
+    mean = curves.assign(log_ppl=np.log(curves["val_ppl"])).groupby(["variant", "tokens"], sort=False)["log_ppl"].mean()
+    table = pd.DataFrame(
+        {
+            "model": mean.index.get_level_values("variant").map(names),
+            "tokens": mean.index.get_level_values("tokens"),
+            "perplexity": np.exp(mean.to_numpy()),
+        }
     )
-    write_atomically(path, np.exp(table).rename_axis(columns=None).to_csv(float_format="%.4f"))
+    write_atomically(path, table.to_csv(index=False, float_format="%.4f"))
 
 
 def learning_rate_report(
