@@ -5,11 +5,13 @@ continues to the same result."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ from conftest import assert_nothing_half_written, default_signals
 from tinyproject import REPRODUCED, copy_project, edit_params, environment, make_project, ran_stages, run
 
 from headstudy.analysis.rendering.render import headline_of, to_markdown
+from headstudy.bookkeeping import stage_times
 from headstudy.common.errors import ConfigError
 from headstudy.execution import lanes
 from headstudy.lanes import answer, parse
@@ -101,9 +104,9 @@ def run_fake(count: int, codes: dict[str, int]):
     said = []
     plan = fake_plan()
     try:
-        with pytest.MonkeyPatch.context() as patch:
+        with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as root:  # no stage timed before
             patch.setenv("COLUMNS", "200")  # a wide terminal: the progress lines whole
-            return lanes.run(Path("."), [], count, say=said.append, start=FakeLane, plan=plan, order_locks=False), said
+            return lanes.run(Path(root), [], count, say=said.append, start=FakeLane, plan=plan, order_locks=False), said
     finally:
         assert not FakeLane.running
 
@@ -148,6 +151,26 @@ def test_each_stage_starts_after_those_it_depends_on_and_at_most_n_at_a_time():
     assert any(line.startswith("lanes: done train@") and "of 10 done" in line and "running: " in line for line in said)
     run_fake(1, {})
     assert FakeLane.most == 1
+
+
+def test_the_first_line_counts_the_times_that_earlier_runs_of_the_pipeline_kept(tmp_path, monkeypatch):
+    """A study run before on this machine: its stages' times (bookkeeping/stage_times.py) give the
+    time left from the first line, every kind timed; another pipeline's times are not its own."""
+    kept = {".": {"prepare": [5], "train": [50, 70], "evaluate": [10], "report": [30]}, "studies/x": {"report": [999]}}
+    (tmp_path / stage_times.FILE).parent.mkdir(parents=True)
+    (tmp_path / stage_times.FILE).write_text(json.dumps(kept))
+    assert lanes.earlier_times(tmp_path, ["prepare", "train@0", "studies/x/dvc.yaml:report"]) == {
+        "prepare": [5],
+        "train": [50, 70],
+        "evaluate": [10],
+        "report": [30, 999],
+    }
+    FakeLane.codes, FakeLane.started, FakeLane.running, FakeLane.most = {}, [], set(), 0
+    said: list[str] = []
+    monkeypatch.setenv("COLUMNS", "200")
+    lanes.run(tmp_path, [], 2, say=said.append, start=FakeLane, plan=fake_plan(), order_locks=False)
+    # prepare 5 s, four trainings of 60 s two at a time, their evaluations, the report: about 3 min.
+    assert said[1] == "lanes: start prepare (0 of 10 done, about 3 min left; running: prepare)", said[1]
 
 
 def test_the_time_left_gives_waiting_stages_to_the_first_free_lane_at_the_time_their_kind_took():

@@ -62,17 +62,26 @@ def unsaid(*_: object) -> str:
     return ""
 
 
+def durations(kinds: object) -> dict[str, list[float]]:
+    """A pipeline's entry of the times file, each kind's list of seconds (a malformed one left out)."""
+    if not isinstance(kinds, dict):
+        return {}
+    return {
+        kind: times
+        for kind, times in kinds.items()
+        if isinstance(times, list) and times and all(isinstance(t, (int, float)) for t in times)
+    }
+
+
 def mean_seconds() -> dict[str, float]:
     """Each kind of stage's mean duration in this pipeline, for the kinds that ran here before."""
     located = where()
     if located is None:
         return {}
     path, pipeline = located
-    kinds = read(path).get(pipeline)
-    if not isinstance(kinds, dict):
-        return {}
-    return {
-        kind: sum(times) / len(times)
-        for kind, times in kinds.items()
-        if isinstance(times, list) and times and all(isinstance(t, (int, float)) for t in times)
-    }
+    return {kind: sum(times) / len(times) for kind, times in durations(read(path).get(pipeline)).items()}
+
+
+def recorded(root: Path) -> dict[str, dict[str, list[float]]]:
+    """The durations kept in the repository at root: {pipeline folder: {kind: [seconds, ...]}}."""
+    return {pipeline: durations(kinds) for pipeline, kinds in read(root / FILE).items()}

@@ -305,6 +305,22 @@ def stage_kind(stage: str) -> str:
     return short_name(stage).split("@", 1)[0]
 
 
+def earlier_times(root: Path, stages: list[str]) -> dict[str, list[float]]:
+    """Each kind's durations that earlier runs of these stages' pipelines kept on this machine
+    (bookkeeping/stage_times.py): the time left counts a kind from the first line on, not only once
+    a stage of it has run here."""
+    from headstudy.bookkeeping import stage_times
+
+    kept = stage_times.recorded(root)
+    took: dict[str, list[float]] = {}
+    for pipeline in dict.fromkeys(
+        Path(stage.rsplit(":", 1)[0]).parent.as_posix() if ":" in stage else "." for stage in stages
+    ):
+        for kind, seconds in kept.get(pipeline, {}).items():
+            took.setdefault(kind, []).extend(seconds)
+    return took
+
+
 def short_name(stage: str) -> str:
     """`train@1-0` of `studies/NAME/dvc.yaml:train@1-0`."""
     return stage.rsplit(":", 1)[-1]
@@ -400,7 +416,7 @@ def run(
     total, ran = len(waiting), 0
     running: dict[str, Lane] = {}
     started: dict[str, float] = {}
-    took: dict[str, list[float]] = {}
+    took = earlier_times(root, waiting)
     failed: Lane | None = None
     stopped: list[int] = []
 
