@@ -222,6 +222,18 @@ def test_the_progress_line_fits_the_terminal_and_always_gives_the_count_and_the_
     assert narrow == "lanes: 10 of 15 done, under a minute left + 3 kinds not timed yet"
 
 
+def test_a_stage_is_named_by_its_folder_too_where_another_pipeline_has_a_stage_of_that_name():
+    """The quick look: the project's configure and prepare, and the study's own configure."""
+    stages = ["configure", "prepare", "studies/quick-look/dvc.yaml:configure", "studies/quick-look/dvc.yaml:train@1-1"]
+    names = lanes.display_names(stages)
+    assert list(names.values()) == ["configure", "prepare", "quick-look:configure", "train@1-1"]
+    line = lanes.progress("configure", stages[2:], 1, 4, stages[2:], (0.0, []), width=200, names=names)
+    assert line == (
+        "lanes: done configure, start quick-look:configure, train@1-1 "
+        "(1 of 4 done; running: quick-look:configure, train@1-1)"
+    )
+
+
 def test_the_lanes_echo_a_stages_own_lines_but_not_dvcs_routine_ones_or_a_bars_redraws():
     for line in (
         "Running stage 'train@1-0':",

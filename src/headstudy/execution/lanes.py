@@ -44,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,8 +171,17 @@ class Lane:
     """One `dvc repro --single-item STAGE` in a session of its own: a Ctrl-C at the terminal reaches
     the lanes, which pass it on to the stage's command only, never to DVC while it writes."""
 
-    def __init__(self, stage: str, root: Path, say: Callable[[str], None], finished: queue.Queue, lanes: int = 1):
+    def __init__(
+        self,
+        stage: str,
+        root: Path,
+        say: Callable[[str], None],
+        finished: queue.Queue,
+        lanes: int = 1,
+        names: dict[str, str] | None = None,
+    ):
         self.stage, self.say, self.finished = stage, say, finished
+        self.name = (names or {}).get(stage) or short_name(stage)
         self.tail: list[str] = []
         self.signalled: list = []
         self.ran_command = False  # DVC ran the stage's command, rather than finding it up to date
@@ -196,7 +206,7 @@ class Lane:
                 self.tail = [*self.tail[-KEPT_LINES + 1 :], line]  # all of it, for the error message
                 self.ran_command |= line.startswith("Running stage ")
                 if not routine(line):
-                    self.say(f"[{short_name(self.stage)}] {line}")
+                    self.say(f"[{self.name}] {line}")
         self.process.stdout.close()
         self.finished.put((self, self.process.wait()))
 
@@ -326,6 +336,19 @@ def short_name(stage: str) -> str:
     return stage.rsplit(":", 1)[-1]
 
 
+def display_names(stages: list[str]) -> dict[str, str]:
+    """Each stage's name in the lanes' lines: its short name, with its pipeline's folder in front
+    (`quick-look:configure`) where a stage of another pipeline has the same short name (the quick
+    look runs the project's configure and its own)."""
+    counts = Counter(short_name(stage) for stage in stages)
+    return {
+        stage: short_name(stage)
+        if counts[short_name(stage)] == 1 or ":" not in stage
+        else f"{Path(stage.rsplit(':', 1)[0]).parent.name}:{short_name(stage)}"
+        for stage in stages
+    }
+
+
 def time_left(
     plan: Plan, waiting: list[str], started: dict[str, float], took: dict[str, list[float]], lanes: int, now: float
 ) -> tuple[float, list[str]]:
@@ -353,7 +376,14 @@ def time_left(
 
 
 def progress(
-    finished: str | None, started: list[str], done: int, total: int, running: list[str], left, width: int = 0
+    finished: str | None,
+    started: list[str],
+    done: int,
+    total: int,
+    running: list[str],
+    left,
+    width: int = 0,
+    names: dict[str, str] | None = None,
 ) -> str:
     """One line per change of the lanes: `lanes: done train@1-0, start train@4-0 (3 of 10 done,
     about 41 min left; running: train@1-mix-0, train@4-0)`, the time left from the stages timed so
@@ -373,11 +403,14 @@ def progress(
         kinds = f"{', '.join(untimed)} (not timed yet)" if named else f"{len(untimed)} kinds not timed yet"
         return f", {duration(seconds)} left + {kinds}"
 
+    def name(stage: str) -> str:
+        return (names or {}).get(stage) or short_name(stage)
+
     events = ", ".join(
-        ([f"done {short_name(finished)}"] if finished else [])
-        + ([f"start {', '.join(map(short_name, started))}"] if started else [])
+        ([f"done {name(finished)}"] if finished else [])
+        + ([f"start {', '.join(map(name, started))}"] if started else [])
     )
-    now = f"; running: {', '.join(short_name(other) for other in running)}" if running else ""
+    now = f"; running: {', '.join(map(name, running))}" if running else ""
     count = f"{done} of {total} done"
     forms = [
         f"lanes: {events} ({count}{estimate(True)}{now})",
@@ -409,7 +442,8 @@ def run(
     say = say or say_default
     plan = plan or describe(root, targets)
     finished: queue.Queue = queue.Queue()
-    start = start or functools.partial(Lane, lanes=lanes)
+    names = display_names(plan.order)
+    start = start or functools.partial(Lane, lanes=lanes, names=names)
     stale = set(plan.stale)
     waiting = [stage for stage in plan.order if stage in stale]
     done = {stage for stage in plan.order if stage not in stale}
@@ -453,7 +487,7 @@ def run(
                         now_started.append(stage)
             if just_done or now_started:
                 left = time_left(plan, waiting, started, took, lanes, time.monotonic())
-                say(progress(just_done, now_started, ran, total, list(running), left))
+                say(progress(just_done, now_started, ran, total, list(running), left, names=names))
                 just_done = None
             if not running:
                 break
