@@ -168,4 +168,6 @@ def test_a_command_called_in_process_leaves_the_callers_collector_alone(capsys):
     frozen = gc.get_freeze_count()
     main(["count"])
     assert '"params": 328704' in capsys.readouterr().out
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    # Nothing frozen: a freeze would move every object of the process there (objects freed since
+    # only leave it).
+    assert gc.isenabled() and gc.get_freeze_count() <= frozen

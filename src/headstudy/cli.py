@@ -60,10 +60,10 @@ def command_module(command: str):
 def main(argv: list[str] | None = None) -> None:
     if argv is None:
         # A command in a process of its own: Python's cyclic collector would scan the libraries'
-        # objects again and again while they import and while the command runs, for about a
-        # quarter of a tiny training's CPU (8.4 s against 6.3 s, measured); it stays off until
-        # the command's module is imported (command_module). A caller's own collector (a test
-        # calling main with its arguments) is left alone.
+        # objects again and again while they import and while the command runs, a quarter of a
+        # tiny training's CPU (benchmarks/command_start.py); it stays off until the command's
+        # module is imported (command_module). A caller's own collector (a test calling main with
+        # its arguments) is left alone.
         gc.disable()
     try:
         dispatch(sys.argv[1:] if argv is None else argv)

@@ -323,9 +323,7 @@ def earlier_times(root: Path, stages: list[str]) -> dict[str, list[float]]:
 
     kept = stage_times.recorded(root)
     took: dict[str, list[float]] = {}
-    for pipeline in dict.fromkeys(
-        Path(stage.rsplit(":", 1)[0]).parent.as_posix() if ":" in stage else "." for stage in stages
-    ):
+    for pipeline in dict.fromkeys(map(pipeline_folder, stages)):
         for kind, seconds in kept.get(pipeline, {}).items():
             took.setdefault(kind, []).extend(seconds)
     return took
@@ -336,6 +334,11 @@ def short_name(stage: str) -> str:
     return stage.rsplit(":", 1)[-1]
 
 
+def pipeline_folder(stage: str) -> str:
+    """`studies/NAME` of `studies/NAME/dvc.yaml:train@1-0`; `.` for a stage of the project's dvc.yaml."""
+    return Path(stage.rsplit(":", 1)[0]).parent.as_posix() if ":" in stage else "."
+
+
 def display_names(stages: list[str]) -> dict[str, str]:
     """Each stage's name in the lanes' lines: its short name, with its pipeline's folder in front
     (`quick-look:configure`) where a stage of another pipeline has the same short name (the quick
@@ -344,7 +347,7 @@ def display_names(stages: list[str]) -> dict[str, str]:
     return {
         stage: short_name(stage)
         if counts[short_name(stage)] == 1 or ":" not in stage
-        else f"{Path(stage.rsplit(':', 1)[0]).parent.name}:{short_name(stage)}"
+        else f"{Path(pipeline_folder(stage)).name}:{short_name(stage)}"
         for stage in stages
     }
 
