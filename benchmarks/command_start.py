@@ -12,7 +12,6 @@ Each training has its own models, metrics and checkpoints folders; the two share
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from start_together import ROOT, prepare_corpus  # noqa: E402
+from start_together import by_hand_environment, prepare_corpus  # noqa: E402
 
 # `headstudy train ARGS` with gc.disable made a no-op: cli.main then never turns the collector off,
 # and command_module, finding it on, freezes nothing.
@@ -46,9 +45,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
-    env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "MLFLOW_TRACKING_URI")}
-    env["HEADSTUDY_CONF"] = str(ROOT / "conf")
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env = by_hand_environment()
     sides = {
         "headstudy train": ["headstudy", "train"],
         "collector as Python leaves it": [sys.executable, "-c", COLLECTOR_AS_PYTHON_LEAVES_IT, "train"],

@@ -49,6 +49,16 @@ TINY_TRAINING = [
 ]
 
 
+def by_hand_environment() -> dict[str, str]:
+    """This environment for `headstudy` run by hand: no DVC stage, no store given (each run names
+    its own), the project's conf/, and `headstudy` beside this Python, the venv activated or not
+    (`.venv/bin/python benchmarks/...`)."""
+    env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "MLFLOW_TRACKING_URI")}
+    env["HEADSTUDY_CONF"] = str(ROOT / "conf")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
 def prepare_corpus(folder: Path, env: dict[str, str]) -> list[str]:
     """A corpus of 2,000 lines of words drawn from 300, prepared with a 512-token BPE."""
     generator = random.Random(0)
@@ -109,10 +119,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--trainings", type=int, default=3)
     args = parser.parse_args()
-    env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "MLFLOW_TRACKING_URI")}
-    env["HEADSTUDY_CONF"] = str(ROOT / "conf")
-    # `headstudy` beside this Python, the venv activated or not (`.venv/bin/python benchmarks/...`).
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env = by_hand_environment()
     with tempfile.TemporaryDirectory(prefix="headstudy-start-together-") as scratch:
         corpus = prepare_corpus(Path(scratch), env)
         finished = 0
