@@ -82,7 +82,16 @@ def in_processes(function, jobs_to_run: list[dict], workers: int) -> Iterator[tu
             yield futures[future], future.result()
 
 
+def workers_pay(job_cpu: float, start_cpu: float) -> bool:
+    """Whether worker processes are worth starting: a job (its CPU seconds, measured on the first
+    one in this process) takes longer than this process took to start, which every spawned worker
+    pays again before its first job. A study's models take minutes each; a tiny test study's take
+    milliseconds, where two workers cost seconds of imports."""
+    return job_cpu > start_cpu
+
+
 def inspect(config: DictConfig) -> dict:
+    start_cpu = time.process_time()
     threads = jobs.torch_threads(config.threads)
     torch.set_num_threads(threads)
     settings = config.inspect
@@ -122,15 +131,22 @@ def inspect(config: DictConfig) -> dict:
         for name, training in trainings.items()
     ]
     results: dict[int, tuple] = {}
-    started, workers = time.monotonic(), jobs.stage_workers(threads, len(to_run))
-    for done, (index, result) in enumerate(in_processes(measured_model, to_run, workers), 1):
+    started = time.monotonic()
+
+    def measured(done: int, index: int, result: tuple, workers: int) -> None:
         results[index] = result
-        name = list(trainings)[index]
         print(
-            f"inspect: model {done} of {len(to_run)} ({workers} at a time), {name}: "
+            f"inspect: model {done} of {len(to_run)} ({workers} at a time), {list(trainings)[index]}: "
             + ", ".join(f"L{r['layer']}: {r['covered_positions']:.2f} positions covered" for r in result[1]["layers"])
             + f" ({time.monotonic() - started:.0f} s)"
         )
+
+    first_cpu = time.process_time()
+    measured(1, 0, measured_model(to_run[0]), 1)
+    spread = workers_pay(time.process_time() - first_cpu, start_cpu)
+    workers = jobs.stage_workers(threads, len(to_run) - 1) if spread else 1
+    for done, (index, result) in enumerate(in_processes(measured_model, to_run[1:], workers), 2):
+        measured(done, index + 1, result, workers)
     per_model, loaded, map_figures = [], [], []
     for index, training in enumerate(trainings.values()):
         heads, measured, coverage, maps = results[index]
@@ -179,7 +195,8 @@ def inspect(config: DictConfig) -> dict:
         for variant in fair_variants
     ]
     fair_nulls: list = [None] * len(fair_jobs)
-    workers = jobs.stage_workers(threads, len(fair_jobs))
+    # A variant's fair null reads each of its models over the test split again: at least a model's work.
+    workers = jobs.stage_workers(threads, len(fair_jobs)) if spread else 1
     for index, result in in_processes(variant_fair_null, fair_jobs, workers):
         fair_nulls[index] = result
         if fair_jobs[index]["members"]:
