@@ -134,6 +134,43 @@ def reproduced_study(tmp_path_factory) -> tuple[Path, str]:
     return project, output.read_text()
 
 
+def headstudy_here(cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
+    """`headstudy *args` by hand in `cwd` (no DVC_STAGE) with this project's conf/ and the store
+    cwd/mlflow.db, through headstudy.cli.main in this process: without the seconds a process of its
+    own spends importing, for a test that checks what the command does, not the process around it
+    (a signal, an exit status of the interpreter). What a command changes in its process is put
+    back: the environment (Lightning's seed variables), the working folder, torch's thread count
+    and deterministic mode, the warning filters."""
+    import contextlib
+    import io
+    import warnings
+
+    import torch
+
+    from headstudy.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    environment, threads = dict(os.environ), torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    settings = {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
+        patch.chdir(cwd)
+        os.environ.pop("DVC_STAGE", None)
+        os.environ.update({**settings, **env_changes})
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                main(list(args))
+            status = 0
+        except SystemExit as stopped:
+            status = stopped.code if isinstance(stopped.code, int) else int(stopped.code is not None)
+        finally:
+            os.environ.clear()
+            os.environ.update(environment)
+            torch.set_num_threads(threads)
+            torch.use_deterministic_algorithms(deterministic)
+    return subprocess.CompletedProcess(["headstudy", *args], status, out.getvalue(), err.getvalue())
+
+
 def headstudy_environment(tracking_uri: str) -> dict[str, str]:
     """For `headstudy` run from a scratch folder: this project's conf/ and the given store."""
     return {**os.environ, "HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": tracking_uri}

@@ -1,8 +1,9 @@
 """Bad input and faults, tried as a careless user would. Each one stops with one line that names
 the key or file and what was expected, exits 2, leaves nothing half-written, no MLflow run
-RUNNING and no NaN in any result. Run through the installed `headstudy` command on a tiny text
-corpus, a tiny model and a real MLflow store; refusals of prepared input and settings, which end a
-command before it works, through headstudy.cli.main in this process (`headstudy_here`)."""
+RUNNING and no NaN in any result. On a tiny text corpus, a tiny model and a real MLflow store,
+through headstudy.cli.main in this process (conftest's `headstudy_here`); through the installed
+`headstudy` command where the process is what a test checks: a signal, a training running while
+another process starts the same one, a full disk in a mount namespace of its own."""
 
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, assert_nothing_half_written, assert_refused, default_signals
+from conftest import ROOT, assert_nothing_half_written, assert_refused, default_signals, headstudy_here
 from mlflow.tracking import MlflowClient
 
-from headstudy.cli import main
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_json
 
@@ -28,35 +28,6 @@ DATA = ["data=textdir", "data.dir=corpus", "data.vocab_size=300", "paths.prepare
 # One thread: another test file may be training beside this one.
 TINY = ["model=tiny", "threads=1", "trainer.max_steps=20", "trainer.val_every_steps=10"]
 WORDS = "the cat sat on a mat dog ran after bird sang wet street animal crossed at night".split()
-
-
-def headstudy(cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
-    """A run by hand (no DVC_STAGE) with the project's conf/ and the store cwd/mlflow.db."""
-    env = {key: value for key, value in os.environ.items() if key != "DVC_STAGE"}
-    env.update(
-        {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}", **env_changes}
-    )
-    return subprocess.run(["headstudy", *args], cwd=cwd, env=env, capture_output=True, text=True)
-
-
-def headstudy_here(capsys, monkeypatch, cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
-    """`headstudy(cwd, *args)` through headstudy.cli.main in this process, for a refusal that ends
-    the command before the work a process of its own would isolate: without the seconds that a
-    process spends importing. The real entry point refuses in the tests that keep `headstudy`."""
-    with monkeypatch.context() as patch:
-        patch.chdir(cwd)
-        patch.delenv("DVC_STAGE", raising=False)
-        settings = {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
-        for name, value in {**settings, **env_changes}.items():
-            patch.setenv(name, value)
-        capsys.readouterr()
-        try:
-            main(list(args))
-            status = 0
-        except SystemExit as stopped:
-            status = stopped.code if isinstance(stopped.code, int) else 1
-        captured = capsys.readouterr()
-    return subprocess.CompletedProcess(["headstudy", *args], status, captured.out, captured.err)
 
 
 def write_corpus(folder: Path, lines: int = 600) -> None:
@@ -83,7 +54,7 @@ def work(tmp_path_factory) -> Path:
     """A folder with a text corpus and its prepared data (300-token BPE)."""
     folder = tmp_path_factory.mktemp("guards")
     write_corpus(folder / "corpus")
-    result = headstudy(folder, "prepare", *DATA)
+    result = headstudy_here(folder, "prepare", *DATA)
     assert result.returncode == 0, result.stderr
     return folder
 
@@ -91,14 +62,14 @@ def work(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def trained(work) -> Path:
     """One tiny model of 20 steps (the README's small budget), trained by hand into models/."""
-    result = headstudy(work, "train", *DATA, *TINY)
+    result = headstudy_here(work, "train", *DATA, *TINY)
     assert result.returncode == 0, result.stderr
     return work / "models" / "h1-s0"
 
 
 @pytest.fixture(scope="module")
 def diverged(work) -> subprocess.CompletedProcess:
-    return headstudy(work, "train", *DATA, *TINY, "seed=7", "optimizer.lr=1000")
+    return headstudy_here(work, "train", *DATA, *TINY, "seed=7", "optimizer.lr=1000")
 
 
 def copy_prepared(work: Path, name: str) -> Path:
@@ -128,19 +99,19 @@ def test_divergence_stops_training_naming_the_step_and_the_learning_rate(work, d
 def test_reproduce_refuses_a_failed_run(work, diverged):
     [failed] = [run for run in runs(work) if run.info.run_name == "h1-s7"]
     before = len(runs(work))
-    assert_refused(headstudy(work, "reproduce", failed.info.run_id), "reproduce", failed.info.run_id, "FAILED")
+    assert_refused(headstudy_here(work, "reproduce", failed.info.run_id), "reproduce", failed.info.run_id, "FAILED")
     assert len(runs(work)) == before
 
 
 @pytest.mark.slow
 def test_evaluate_refuses_a_model_trained_with_other_settings(work, trained):
-    result = headstudy(work, "evaluate", *DATA, *TINY, "model.width=64", "paths.metrics=metrics-wide")
+    result = headstudy_here(work, "evaluate", *DATA, *TINY, "model.width=64", "paths.metrics=metrics-wide")
     assert_refused(result, "evaluate", "models/h1-s0/config.yaml", "model.width (saved 32, requested 64)")
     assert not (work / "metrics-wide").exists()
 
     swapped = work / "swapped"
     shutil.copytree(trained, swapped / "h1-s1")  # h1-s0's model under the name of seed 1
-    result = headstudy(
+    result = headstudy_here(
         work, "evaluate", *DATA, *TINY, "seed=1", f"paths.models={swapped}", "paths.metrics=metrics-swapped"
     )
     assert_refused(result, "evaluate", "swapped/h1-s1/config.yaml", "seed (saved 0, requested 1)")
@@ -153,14 +124,16 @@ def test_evaluate_refuses_prepared_data_other_than_the_training_data(work, train
     test = np.load(tampered / "test.npy")
     test[10] = test[11]  # still valid token ids: only the hash can tell
     np.save(tampered / "test.npy", test)
-    result = headstudy(work, "evaluate", *DATA, *TINY, f"paths.prepared={tampered}", "paths.metrics=metrics-tampered")
+    result = headstudy_here(
+        work, "evaluate", *DATA, *TINY, f"paths.prepared={tampered}", "paths.metrics=metrics-tampered"
+    )
     assert_refused(result, "evaluate", f"{tampered}/test.npy", "models/h1-s0/run.json")
     assert not (work / "metrics-tampered").exists()
 
 
 @pytest.mark.slow
 def test_evaluate_writes_only_deterministic_metrics_and_logs_to_the_training_run(work, trained):
-    result = headstudy(work, "evaluate", *DATA, *TINY)
+    result = headstudy_here(work, "evaluate", *DATA, *TINY)
     assert result.returncode == 0, result.stderr
     metrics = json.loads((work / "metrics" / "h1-s0.json").read_text())
     # Numbers only, so that `dvc metrics show` tabulates them; the name and the hash are in run.json.
@@ -196,7 +169,7 @@ def test_model_folder_holds_only_content_that_a_retrain_reproduces(work, trained
     }
     assert set(record["data_files"]) == {"stats.json", "tokenizer.json", "train.npy", "valid.npy", "test.npy"}
     first = {path.name: path.read_bytes() for path in trained.iterdir()}
-    result = headstudy(work, "train", *DATA, *TINY)  # the same model again, in the same place
+    result = headstudy_here(work, "train", *DATA, *TINY)  # the same model again, in the same place
     assert result.returncode == 0, result.stderr
     assert {path.name: path.read_bytes() for path in trained.iterdir()} == first
     assert len([run for run in runs(work) if run.info.run_name == "h1-s0"]) == 2  # the runs live in MLflow
@@ -205,7 +178,7 @@ def test_model_folder_holds_only_content_that_a_retrain_reproduces(work, trained
 @pytest.mark.slow
 def test_tiny_budgets_train(work):
     for steps, every in ((1, 1), (3, 1)):
-        result = headstudy(
+        result = headstudy_here(
             work,
             "train",
             *DATA,
@@ -221,23 +194,23 @@ def test_tiny_budgets_train(work):
 
 
 @pytest.mark.slow
-def test_train_refuses_a_vocabulary_other_than_the_prepared_tokenizer(work, capsys, monkeypatch):
+def test_train_refuses_a_vocabulary_other_than_the_prepared_tokenizer(work):
     before = len(runs(work))
-    result = headstudy_here(capsys, monkeypatch, work, "train", *DATA, *TINY, "seed=30", "data.vocab_size=1024")
+    result = headstudy_here(work, "train", *DATA, *TINY, "seed=30", "data.vocab_size=1024")
     assert_refused(result, "train", "model.vocab_size=1024", "300 tokens", "data.vocab_size=300")
     assert not (work / "models" / "h1-s30").exists()
     assert len(runs(work)) == before
 
 
 def test_prepare_refuses_a_vocabulary_the_bpe_cannot_reach(work):
-    result = headstudy(work, "prepare", *DATA, "data.vocab_size=70000", "paths.prepared=prepared-big")
+    result = headstudy_here(work, "prepare", *DATA, "data.vocab_size=70000", "paths.prepared=prepared-big")
     line = assert_refused(result, "prepare", "data.vocab_size=70000", "stops at")
     reached = int(line.split("stops at ")[1].split()[0])
     assert 300 <= reached < 70000
     assert not list(work.glob("prepared-big*"))
 
 
-def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work, capsys, monkeypatch):
+def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work):
     project = tmp_path / "project"  # a project of its own: conf/ makes its folder the root
     shutil.copytree(ROOT / "conf", project / "conf")
     (project / "studies" / "budget").mkdir(parents=True)
@@ -250,13 +223,13 @@ def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work, capsys, monkeyp
         (project / "studies" / "budget", ["train", prepared], ["paths.models=models"]),
     ]
     for cwd, args, names in cases:
-        line = assert_refused(headstudy_here(capsys, monkeypatch, cwd, *args, **env), args[0], *names, "dvc repro")
+        line = assert_refused(headstudy_here(cwd, *args, **env), args[0], *names, "dvc repro")
         assert "pass paths." in line
     assert sorted(path.name for path in project.iterdir()) == ["conf", "studies"]
     assert not (tmp_path / "m.db").exists()
 
     # Under DVC (which sets DVC_STAGE for every stage) the same command writes its output.
-    result = headstudy(project, "baselines", *DATA[:-1], prepared, DVC_STAGE="baselines", **env)
+    result = headstudy_here(project, "baselines", *DATA[:-1], prepared, DVC_STAGE="baselines", **env)
     assert result.returncode == 0, result.stderr
     assert (project / "metrics" / "baselines.json").is_file()
 
@@ -264,7 +237,7 @@ def test_manual_runs_refuse_the_pipeline_outputs(tmp_path, work, capsys, monkeyp
 # Crashes that must be clear errors
 
 
-def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path, capsys, monkeypatch):
+def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "short.txt").write_text("ab\n" * 10)
     data = [
@@ -275,16 +248,16 @@ def test_train_refuses_a_train_split_shorter_than_the_context(tmp_path, capsys, 
         "data.valid_fraction=0.1",
         "data.test_fraction=0.1",
     ]
-    assert headstudy_here(capsys, monkeypatch, tmp_path, "prepare", *data).returncode == 0
-    result = headstudy_here(capsys, monkeypatch, tmp_path, "train", *data, *TINY)
+    assert headstudy_here(tmp_path, "prepare", *data).returncode == 0
+    result = headstudy_here(tmp_path, "train", *data, *TINY)
     assert_refused(result, "train", "prepared/train.npy holds", "model.context=32")
     assert not (tmp_path / "models").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-def test_prepare_refuses_a_binary_file_named_txt(tmp_path, capsys, monkeypatch):
+def test_prepare_refuses_a_binary_file_named_txt(tmp_path):
     write_corpus(tmp_path / "corpus")
     (tmp_path / "corpus" / "b.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
-    result = headstudy_here(capsys, monkeypatch, tmp_path, "prepare", *DATA)
+    result = headstudy_here(tmp_path, "prepare", *DATA)
     assert_refused(result, "prepare", "corpus/b.txt is not UTF-8 text", "data.dir")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus"]
 
@@ -321,21 +294,21 @@ def ids_out_of_range(path: Path) -> None:
         (ids_out_of_range, "holds token id 5000, but the tokenizer has 300 tokens"),
     ],
 )
-def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected, capsys, monkeypatch):
+def test_damaged_token_files_are_refused_naming_the_file(work, damage, expected):
     prepared = copy_prepared(work, f"prepared-{damage.__name__}")
     damage(prepared / "train.npy")
     settings = [f"paths.prepared={prepared}", f"paths.metrics=metrics-{damage.__name__}"]
-    result = headstudy_here(capsys, monkeypatch, work, "baselines", *DATA, *settings)
+    result = headstudy_here(work, "baselines", *DATA, *settings)
     assert_refused(result, "baselines", f"{prepared}/train.npy", expected)
     assert not (work / f"metrics-{damage.__name__}").exists()
 
 
 @pytest.mark.slow
-def test_a_tracking_store_that_cannot_be_opened_is_one_line(work, tmp_path, capsys, monkeypatch):
+def test_a_tracking_store_that_cannot_be_opened_is_one_line(work, tmp_path):
     store = tmp_path / "not-a-store.db"
     store.write_text("this is not an SQLite database\n")
     uri = f"sqlite:///{store}"
-    result = headstudy_here(capsys, monkeypatch, work, "train", *DATA, *TINY, "seed=40", MLFLOW_TRACKING_URI=uri)
+    result = headstudy_here(work, "train", *DATA, *TINY, "seed=40", MLFLOW_TRACKING_URI=uri)
     assert_refused(result, "train", "cannot open the MLflow store", uri, "MLFLOW_TRACKING_URI")
     assert len(result.stderr.strip().splitlines()) <= 3
     assert not (work / "models" / "h1-s40").exists()
@@ -436,9 +409,9 @@ BUDGET = {"max_steps": 20, "val_every_steps": 10}
         ),
     ],
 )
-def test_configure_refuses_a_bad_study_in_one_line_and_writes_nothing(tmp_path, params, named, capsys, monkeypatch):
+def test_configure_refuses_a_bad_study_in_one_line_and_writes_nothing(tmp_path, params, named):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    assert_refused(headstudy_here(capsys, monkeypatch, tmp_path, "configure"), "configure", named)
+    assert_refused(headstudy_here(tmp_path, "configure"), "configure", named)
     assert not (tmp_path / "configs").exists()
 
 
@@ -452,17 +425,17 @@ def test_evaluate_refuses_weights_changed_after_training(work, trained):
     first = next(iter(saved["state_dict"]))
     saved["state_dict"][first] = saved["state_dict"][first] * 2  # still loads, scores something else
     torch.save(saved, tampered / "model.pt")
-    result = headstudy(
+    result = headstudy_here(
         work, "evaluate", *DATA, *TINY, f"paths.models={tampered.parent}", "paths.metrics=metrics-tampered"
     )
     assert_refused(result, "evaluate", "tampered-models/h1-s0/model.pt", "run.json records")
     assert not (work / "metrics-tampered").exists()
 
 
-def test_prepare_refuses_a_zero_filled_file_named_txt(tmp_path, capsys, monkeypatch):
+def test_prepare_refuses_a_zero_filled_file_named_txt(tmp_path):
     write_corpus(tmp_path / "corpus")
     (tmp_path / "corpus" / "zeros.txt").write_bytes(b"\0" * 4096)
-    result = headstudy_here(capsys, monkeypatch, tmp_path, "prepare", *DATA)
+    result = headstudy_here(tmp_path, "prepare", *DATA)
     assert_refused(result, "prepare", "corpus/zeros.txt holds NUL bytes")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus"]
 
@@ -517,7 +490,7 @@ def test_a_second_identical_training_is_refused_while_the_first_runs(work):
     first = start_training(work, seed=60)
     try:
         wait_for_checkpoint(work, "h1-s60", first)
-        second = headstudy(
+        second = headstudy_here(
             work,
             "train",
             *DATA,
@@ -594,7 +567,7 @@ def test_a_full_disk_while_writing_the_model_leaves_no_staging_and_the_rerun_onl
     [failed] = [run for run in runs(work) if run.info.run_name == "h1-s70"]
     assert failed.info.status == "FAILED"  # not FINISHED without a model
 
-    rerun = headstudy(work, *training[1:])
+    rerun = headstudy_here(work, *training[1:])
     assert rerun.returncode == 0, rerun.stderr
     assert "resuming h1-s70" in rerun.stdout
     [finished] = [run for run in runs(work) if run.info.run_name == "h1-s70"]
