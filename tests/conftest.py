@@ -134,13 +134,37 @@ def reproduced_study(tmp_path_factory) -> tuple[Path, str]:
     return project, output.read_text()
 
 
+@contextmanager
+def logged_to(stream) -> Iterator[None]:
+    """Within this block every logging stream handler writes to `stream`: in a process of its own
+    they would write to its stderr, where those set up at import (MLflow's) hold this one's."""
+    import logging
+
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    handlers = {
+        handler
+        for logger in loggers
+        for handler in getattr(logger, "handlers", [])  # placeholders of loggers not yet made have none
+        if type(handler) is logging.StreamHandler
+    }
+    previous = {handler: handler.stream for handler in handlers}
+    for handler in handlers:
+        handler.setStream(stream)
+    try:
+        yield
+    finally:
+        for handler, old in previous.items():
+            handler.setStream(old)
+
+
 def headstudy_here(cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
-    """`headstudy *args` by hand in `cwd` (no DVC_STAGE) with this project's conf/ and the store
+    """`headstudy *args` by hand in `cwd` (no DVC_STAGE or DVC_EXP_NAME) with this project's conf/ and the store
     cwd/mlflow.db, through headstudy.cli.main in this process: without the seconds a process of its
     own spends importing, for a test that checks what the command does, not the process around it
     (a signal, an exit status of the interpreter). What a command changes in its process is put
     back: the environment (Lightning's seed variables), the working folder, torch's thread count
-    and deterministic mode, the warning filters."""
+    and deterministic mode, the warning filters. Its output is what a process of its own would
+    print: logging's stream handlers (MLflow's, set up at import) write to its stderr meanwhile."""
     import contextlib
     import io
     import warnings
@@ -155,10 +179,11 @@ def headstudy_here(cwd: Path, *args: str, **env_changes: str) -> subprocess.Comp
     settings = {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
     with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
         patch.chdir(cwd)
-        os.environ.pop("DVC_STAGE", None)
+        for name in ("DVC_STAGE", "DVC_EXP_NAME"):
+            os.environ.pop(name, None)
         os.environ.update({**settings, **env_changes})
         try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), logged_to(err):
                 main(list(args))
             status = 0
         except SystemExit as stopped:

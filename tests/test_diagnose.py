@@ -8,13 +8,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT, headstudy_environment
+from conftest import ROOT, headstudy_here
 
 from headstudy.common.errors import ConfigError
 from headstudy.configure import resolve
@@ -89,13 +88,7 @@ def test_the_probe_takes_the_first_windows_and_refuses_more_than_the_split_holds
 
 def run(folder: Path, command: str, corpus: list[str], *extra: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["headstudy", command, *TINY_RUN, *corpus, *extra],
-        cwd=folder,
-        env=headstudy_environment(f"sqlite:///{folder / 'mlflow.db'}"),
-        capture_output=True,
-        text=True,
-    )
+    result = headstudy_here(folder, command, *TINY_RUN, *corpus, *extra)
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_refused, free_port
+from conftest import ROOT, assert_refused, free_port, headstudy_here
 from mlflow.tracking import MlflowClient
 
 from headstudy.bookkeeping import store as tracking_store
@@ -51,12 +51,6 @@ tracking.log_dataset(sys.argv[1], Path(sys.argv[2]), "corpus-prepared", "0" * 64
 """
 
 
-def headstudy(cwd: Path, *args: str, timeout: float = 120, **env_changes: str) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "MLFLOW_TRACKING_URI")}
-    env.update({"HEADSTUDY_CONF": str(ROOT / "conf"), **env_changes})
-    return subprocess.run(["headstudy", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
 @contextmanager
 def deadline(seconds: float) -> Iterator[None]:
     """Fail the block, rather than wait on, if it runs past `seconds`."""
@@ -71,6 +65,12 @@ def deadline(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def headstudy(cwd: Path, *args: str, timeout: float = 120, **env_changes: str) -> subprocess.CompletedProcess:
+    """conftest's headstudy_here, failed rather than waited on past `timeout` seconds."""
+    with deadline(timeout):
+        return headstudy_here(cwd, *args, **env_changes)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 import torch
 import yaml
 from browser import chromium, run_chromium
-from conftest import ROOT, default_interrupt, default_signals, served_mlflow
+from conftest import ROOT, default_interrupt, default_signals, headstudy_here, served_mlflow
 from matplotlib.colors import to_hex
 from tinyproject import set_threads
 
@@ -398,7 +398,8 @@ HAND_TINY = ["model=tiny", "threads=1", "trainer.max_steps=20", "trainer.val_eve
 
 def by_hand(folder: Path, *args: str, wait: bool = True, **env_changes: str):
     """`headstudy ARGS` in folder with the project's conf/ and the store folder/mlflow.db: by hand
-    (no DVC_STAGE) unless env_changes set one."""
+    (no DVC_STAGE) unless env_changes set one. In this process when waited for; else a process of
+    its own, for a test to interrupt."""
     env = {key: value for key, value in os.environ.items() if key not in ("DVC_STAGE", "DVC_EXP_NAME")}
     env.update(
         {
@@ -418,7 +419,7 @@ def by_hand(folder: Path, *args: str, wait: bool = True, **env_changes: str):
             start_new_session=True,
             preexec_fn=default_signals,  # the test may interrupt it: SIGINT and SIGTERM must reach it
         )
-    result = subprocess.run(["headstudy", *args], cwd=folder, env=env, capture_output=True, text=True)
+    result = headstudy_here(folder, *args, **env_changes)
     assert result.returncode in (0, 1), f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result
 
