@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import headstudy_here
 from tinyproject import copy_project, edit_params, environment, ran_stages, run, runs
 
 from headstudy import inspect as inspect_stage
@@ -295,7 +296,8 @@ def training_run_id(project: Path, name: str) -> str:
 def test_reproduce_an_untouched_run_is_bit_identical(project):
     run_id = training_run_id(project, "h1-mix-s0")
     summary = (project / "reports/summary.json").read_bytes()
-    result = run(project, "headstudy", "reproduce", run_id)
+    result = headstudy_here(project, "reproduce", run_id)
+    assert result.returncode == 0, result.stderr
     assert "weights sha256: identical" in result.stdout
     assert "test/ppl: identical" in result.stdout
     reproduction = [r for r in runs(project) if r.data.tags.get("reproduces") == run_id]
@@ -307,7 +309,7 @@ def test_reproduce_refuses_altered_prepared_data(project):
     run_id = training_run_id(project, "h1-mix-s0")
     stats = project / "data/prepared/stats.json"
     stats.write_text(stats.read_text() + " ")
-    result = run(project, "headstudy", "reproduce", run_id, check=False)
+    result = headstudy_here(project, "reproduce", run_id)
     assert result.returncode != 0
     assert "prepared token data differs" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

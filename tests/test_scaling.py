@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import headstudy_environment, served_mlflow
+from conftest import headstudy_environment, headstudy_here, served_mlflow
 from mlflow.tracking import MlflowClient
 from tinyproject import commit, copy_project, environment, ran_stages, run, runs
 
@@ -161,13 +161,7 @@ def mlflow_server(tmp_path):
 
 @pytest.mark.slow
 def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, small_corpus, mlflow_server):
-    result = subprocess.run(
-        ["headstudy", "train", *TINY_TRAINING, *small_corpus],
-        cwd=tmp_path,
-        env=headstudy_environment(mlflow_server),
-        capture_output=True,
-        text=True,
-    )
+    result = headstudy_here(tmp_path, "train", *TINY_TRAINING, *small_corpus, MLFLOW_TRACKING_URI=mlflow_server)
     assert result.returncode == 0, result.stderr[-3000:]
     assert not (tmp_path / "mlflow.db").exists()
 
