@@ -163,19 +163,22 @@ def headstudy_here(cwd: Path, *args: str, **env_changes: str) -> subprocess.Comp
     own spends importing, for a test that checks what the command does, not the process around it
     (a signal, an exit status of the interpreter). What a command changes in its process is put
     back: the environment (Lightning's seed variables), the working folder, torch's thread count
-    and deterministic mode, the warning filters. Its output is what a process of its own would
+    and deterministic mode, MLflow's tracking URI, the warning filters. Its output is what a process of its own would
     print: logging's stream handlers (MLflow's, set up at import) write to its stderr meanwhile."""
     import contextlib
     import io
     import warnings
 
+    import mlflow
     import torch
+    from mlflow.tracking._tracking_service import utils as mlflow_tracking
 
     from headstudy.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     environment, threads = dict(os.environ), torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
+    pinned_store = mlflow_tracking._tracking_uri  # Lightning's MLFlowLogger pins the store it logs to
     settings = {"HEADSTUDY_CONF": str(ROOT / "conf"), "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
     with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
         patch.chdir(cwd)
@@ -189,6 +192,7 @@ def headstudy_here(cwd: Path, *args: str, **env_changes: str) -> subprocess.Comp
         except SystemExit as stopped:
             status = stopped.code if isinstance(stopped.code, int) else int(stopped.code is not None)
         finally:
+            mlflow.set_tracking_uri(pinned_store)
             os.environ.clear()
             os.environ.update(environment)
             torch.set_num_threads(threads)
