@@ -3,15 +3,20 @@ with tiny params, in a git and DVC repository of its own, tracked in its own mlf
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
 from conftest import ROOT
 from mlflow.tracking import MlflowClient
+
+from headstudy.bookkeeping.store import create_database
 
 # A small real corpus in the project's corpus/ folder, where the corpus is not what a test
 # checks: a 512-token BPE prepares it in 1.6 s (the Penn Treebank: 3.7 s), and a validation
@@ -90,8 +95,20 @@ def set_threads(project: Path, threads: int) -> None:
     config.write_text(text.replace("\nthreads: 2\n", f"\nthreads: {threads}\n"))
 
 
+@functools.cache
+def empty_store() -> Path:
+    """A new MLflow store as headstudy makes one (its schema created and migrated, no experiment
+    yet), made once per test process: its first training would spend a second migrating it.
+    The tests of a new store's making start without one (test_store.py, test_scaling.py)."""
+    folder = Path(tempfile.mkdtemp(prefix="headstudy-empty-store-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    create_database(folder / "mlflow.db")
+    return folder / "mlflow.db"
+
+
 def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
-    """A git repository with DVC initialised and one commit: the pipeline, not yet run."""
+    """A git repository with DVC initialised and one commit: the pipeline, not yet run, and an
+    empty MLflow store."""
     project.mkdir(parents=True, exist_ok=True)
     # The budget evidence is a committed file that the report reads; the studies' own pipelines stay out.
     for item in ("dvc.yaml", "conf", "src", "corpus", ".gitignore", "studies/budget/metrics/curves"):
@@ -118,6 +135,7 @@ def make_project(project: Path, tiny: dict = TINY, threads: int = 1) -> Path:
         write_small_corpus(project / params["data"]["dir"])
         params["inspect"] = {"sentence": SMALL_CORPUS_SENTENCE}
     (project / "params.yaml").write_text(yaml.safe_dump(params))
+    shutil.copy(empty_store(), project / "mlflow.db")
     run(project, "git", "init", "-q")
     run(project, "dvc", "init", "-q")
     commit(project, "tiny study")
