@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import compileall
 import gc
 import json
 import math
@@ -220,6 +221,15 @@ LONGEST_FIRST = [
     "test_several_machines.py",
     "test_tracking.py",
 ]
+
+
+def pytest_configure(config):
+    """Compile the project's modules once, before the workers start: the hundreds of `headstudy`
+    processes the tests start then read them compiled. Where PYTHONDONTWRITEBYTECODE is set (as
+    on this project's CI machines) Python never writes them, and every process compiled the
+    modules it imports again: about half a CPU-second of each training's start."""
+    if not hasattr(config, "workerinput"):  # the controller, not each pytest-xdist worker
+        compileall.compile_dir(ROOT / "src", quiet=1)
 
 
 def pytest_collection_modifyitems(items):
