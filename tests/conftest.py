@@ -159,13 +159,14 @@ def logged_to(stream) -> Iterator[None]:
 
 
 def headstudy_here(cwd: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
-    """`headstudy *args` by hand in `cwd` (no DVC_STAGE or DVC_EXP_NAME) with this project's conf/ and the store
-    cwd/mlflow.db, through headstudy.cli.main in this process: without the seconds a process of its
-    own spends importing, for a test that checks what the command does, not the process around it
-    (a signal, an exit status of the interpreter). What a command changes in its process is put
-    back: the environment (Lightning's seed variables), the working folder, torch's thread count
-    and deterministic mode, MLflow's tracking URI, the warning filters. Its output is what a process of its own would
-    print: logging's stream handlers (MLflow's, set up at import) write to its stderr meanwhile."""
+    """`headstudy *args` by hand in `cwd` (no DVC_STAGE or DVC_EXP_NAME) with this project's conf/
+    and the store cwd/mlflow.db, through headstudy.cli.main in this process: without the seconds a
+    process of its own spends importing, for a test that checks what the command does, not the
+    process around it (a signal, an exit status of the interpreter). What a command changes in its
+    process is put back: the environment (Lightning's seed variables), the working folder, torch's
+    thread count and deterministic mode, MLflow's tracking URI, the warning filters. Its output is
+    what a process of its own would print: logging's stream handlers (MLflow's, set up at import)
+    write to its stderr meanwhile."""
     import contextlib
     import io
     import warnings

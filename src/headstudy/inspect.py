@@ -133,7 +133,7 @@ def inspect(config: DictConfig) -> dict:
     results: dict[int, tuple] = {}
     started = time.monotonic()
 
-    def measured(done: int, index: int, result: tuple, workers: int) -> None:
+    def record(done: int, index: int, result: tuple, workers: int) -> None:
         results[index] = result
         print(
             f"inspect: model {done} of {len(to_run)} ({workers} at a time), {list(trainings)[index]}: "
@@ -142,11 +142,11 @@ def inspect(config: DictConfig) -> dict:
         )
 
     first_cpu = time.process_time()
-    measured(1, 0, measured_model(to_run[0]), 1)
+    record(1, 0, measured_model(to_run[0]), 1)
     spread = workers_pay(time.process_time() - first_cpu, start_cpu)
     workers = jobs.stage_workers(threads, len(to_run) - 1) if spread else 1
     for done, (index, result) in enumerate(in_processes(measured_model, to_run[1:], workers), 2):
-        measured(done, index + 1, result, workers)
+        record(done, index + 1, result, workers)
     per_model, loaded, map_figures = [], [], []
     for index, training in enumerate(trainings.values()):
         heads, measured, coverage, maps = results[index]
