@@ -181,7 +181,7 @@ class Lane:
         names: dict[str, str] | None = None,
     ):
         self.stage, self.say, self.finished = stage, say, finished
-        self.name = (names or {}).get(stage) or short_name(stage)
+        self.name = shown_name(stage, names)
         self.tail: list[str] = []
         self.signalled: list = []
         self.ran_command = False  # DVC ran the stage's command, rather than finding it up to date
@@ -352,6 +352,11 @@ def display_names(stages: list[str]) -> dict[str, str]:
     }
 
 
+def shown_name(stage: str, names: dict[str, str] | None) -> str:
+    """The stage's name in the lanes' lines: its display_names entry where given, else its short name."""
+    return (names or {}).get(stage) or short_name(stage)
+
+
 def time_left(
     plan: Plan, waiting: list[str], started: dict[str, float], took: dict[str, list[float]], lanes: int, now: float
 ) -> tuple[float, list[str]]:
@@ -406,9 +411,7 @@ def progress(
         kinds = f"{', '.join(untimed)} (not timed yet)" if named else f"{len(untimed)} kinds not timed yet"
         return f", {duration(seconds)} left + {kinds}"
 
-    def name(stage: str) -> str:
-        return (names or {}).get(stage) or short_name(stage)
-
+    name = functools.partial(shown_name, names=names)
     events = ", ".join(
         ([f"done {name(finished)}"] if finished else [])
         + ([f"start {', '.join(map(name, started))}"] if started else [])
