@@ -21,20 +21,25 @@ import pytest
 from browser import chromium, evaluate_in_page, run_chromium
 from conftest import ROOT, served_mlflow
 from mlflow.entities import Metric, Param, RunStatus
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+from headstudy.analysis.rendering.headline import report_metrics
 from headstudy.analysis.sections.comparisons import answer_line
-from headstudy.bookkeeping import store, tracking
+from headstudy.bookkeeping import dashboard, store, tracking
 
 pytestmark = pytest.mark.slow
 
 RUN_NAME = "h1-s0"
+STUDY_RUN_NAME = "default @ 2026-12-06 04:00:00 UTC"
 
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    """The studies' experiment as headstudy creates it (kind, note, saved results view) with one
-    finished model run, served by `mlflow server`; the link the project prints, with
-    HEADSTUDY_MLFLOW_UI naming that server as a reader names the UI they started."""
+    """The studies' experiment as headstudy creates it (kind, note, saved views) with a finished
+    study run (the committed default study's headline metrics, its results view saved as its
+    report saves it) and its one model run nested under it, served by `mlflow server`; the link
+    the project prints, with HEADSTUDY_MLFLOW_UI naming that server as a reader names the UI they
+    started."""
     chromium()  # skip before starting a server for nothing
     folder = tmp_path_factory.mktemp("mlflow-ui")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -42,9 +47,21 @@ def ui(tmp_path_factory):
         patch.chdir(folder)
         patch.setenv("MLFLOW_TRACKING_URI", uri)
         client, experiment = store.client(), store.experiment_id()
-        run = client.create_run(experiment, run_name=RUN_NAME).info.run_id
+        headline = report_metrics(json.loads((ROOT / "reports/summary.json").read_text()))
+        study = client.create_run(experiment, run_name=STUDY_RUN_NAME, tags={tracking.STUDY_STATE: "closed"})
+        client.log_batch(study.info.run_id, metrics=[Metric(key, value, 0, 0) for key, value in headline.items()])
+        client.set_terminated(study.info.run_id, RunStatus.to_string(RunStatus.FINISHED))
+        dashboard.save_results_view(client, experiment, dashboard.dashboard_metrics(headline))
+        run = client.create_run(
+            experiment, run_name=RUN_NAME, tags={MLFLOW_PARENT_RUN_ID: study.info.run_id}
+        ).info.run_id
         client.log_batch(
-            run, metrics=[Metric("test/ppl", 42.5, 0, 0)], params=[Param("variant", "1"), Param("seed", "0")]
+            run,
+            metrics=[
+                Metric("test/ppl", 42.5, 0, 0),
+                *(Metric("val/ppl", 60 / step**0.1, 0, step) for step in (10, 100)),
+            ],
+            params=[Param("variant", "1"), Param("seed", "0")],
         )
         client.set_terminated(run, RunStatus.to_string(RunStatus.FINISHED))
         kind = client.get_experiment(experiment).tags.get("mlflow.experimentKind")
@@ -53,7 +70,13 @@ def ui(tmp_path_factory):
             readme_link = store.ui_url()
             assert readme_link.startswith(f"{url}/#/experiments/{experiment}/runs?"), readme_link
             yield SimpleNamespace(
-                url=url, experiment=experiment, kind=kind, readme_link=readme_link, folder=folder, patch=patch
+                url=url,
+                experiment=experiment,
+                kind=kind,
+                readme_link=readme_link,
+                headline=dashboard.dashboard_metrics(headline),
+                folder=folder,
+                patch=patch,
             )
 
 
@@ -112,10 +135,61 @@ def test_the_readme_link_opens_the_results_view_of_the_runs_table_in_model_train
     # The Model training sidebar (Runs, Models, Traces), not GenAI's around a "Training runs" table.
     assert opened.workflow == {"machine_learning"}, opened
     assert {"runs", "models"} <= opened.tabs, opened
-    assert opened.runs == {RUN_NAME}, opened
-    # The saved view "headstudy results" and its columns: test/ppl is no default column.
+    # The study run, its model run nested under it (a click on its toggle shows it).
+    assert opened.runs == {STUDY_RUN_NAME}, opened
     assert opened.saved_view, opened
-    assert {"metrics.`test/ppl`", "params.`variant`"} <= opened.columns, opened
+    assert f"metrics.`{ui.headline[0]}`" in opened.columns, opened
+
+
+def test_the_results_view_leads_with_the_study_run_and_the_headline_in_columns_wide_enough_to_read(ui):
+    """At 1600 x 1000: the study run is the first row; the first metric columns are the
+    headline's comparison, its estimate, then its interval's low end before its high end, each
+    name shown whole (MLflow itself orders metric columns by name)."""
+    where = """(() => {
+      const box = e => e.getBoundingClientRect();
+      const rows = [...document.querySelectorAll('a[href*="/runs/"]')]
+        .filter(a => a.textContent.trim()).map(a => ({name: a.textContent.trim(), top: box(a).top}));
+      const headers = [...document.querySelectorAll('[role="columnheader"][col-id^="metrics."]')].map(h => {
+        // Cut with an ellipsis where an element between the name and its cell is wider inside than out.
+        const label = [...h.querySelectorAll('*')].find(e => e.children.length === 0 && e.textContent.trim());
+        const text = document.createRange();
+        text.selectNodeContents(label);
+        let clip = label.parentElement;
+        while (clip !== h && getComputedStyle(clip).overflowX === 'visible') clip = clip.parentElement;
+        return {id: h.getAttribute('col-id'), left: box(h).left, right: box(h).right,
+                whole: box(text).right <= box(clip).right};
+      });
+      return {rows, headers};
+    })()"""
+    ready = 'document.querySelector(\'[role="columnheader"][col-id^="metrics."]\') !== null'
+    shown = evaluate_in_page(ui.readme_link, where, (1600, 1000), ready=ready)
+    rows = sorted(shown["rows"], key=lambda row: row["top"])
+    assert rows and rows[0]["name"] == STUDY_RUN_NAME, rows
+    headers = sorted(shown["headers"], key=lambda header: header["left"])
+    leading = [f"metrics.`{key}`" for key in ui.headline[:3]]
+    assert [header["id"] for header in headers[:3]] == leading, headers
+    assert headers[0]["whole"] and headers[0]["right"] <= 1600, headers[0]
+
+
+def test_the_curves_view_opens_the_chart_of_validation_perplexity_by_variant_on_log_axes(ui):
+    link = store.ui_url(view=dashboard.CURVES_VIEW)
+    assert link.endswith("viewStateShareKey=curves&compareRunsMode=CHART"), link
+    where = """(() => {
+      const titles = [...document.querySelectorAll('[data-testid="experiment-view-compare-runs-chart-area"] *')]
+        .filter(e => e.children.length === 0 && e.textContent.trim() === 'val/ppl');
+      const area = document.querySelector('[data-testid="experiment-view-compare-runs-chart-area"]');
+      return {title: titles.length > 0, text: area ? area.innerText : '', page: document.body.innerText};
+    })()"""
+    ready = "document.querySelector('[data-testid=\"experiment-view-compare-runs-chart-area\"]') !== null"
+    shown = evaluate_in_page(link, where, (1600, 1000), ready=ready)
+    assert shown["title"], shown["text"][:500]
+    assert shown["text"].lstrip().startswith("val"), shown["text"][:500]  # its section first
+    assert "Group by: variant" in shown["page"], shown["page"][:1000]
+    saved = json.loads(
+        json.loads(store.client().get_experiment(ui.experiment).tags[store.VIEW_TAG_PREFIX + "curves"])["state"]
+    )
+    [chart] = saved["compareRunCharts"]
+    assert (chart["metricKey"], chart["xAxisScaleType"], chart["scaleType"]) == ("val/ppl", "log", "log")
 
 
 def test_the_link_the_report_prints_opens_on_the_committed_answer_without_scrolling(ui, capsys):

@@ -359,7 +359,7 @@ def test_a_second_study_adds_its_columns_to_the_saved_view_instead_of_replacing_
     ]
 
 
-def test_the_dashboard_leads_with_test_perplexity_and_the_comparisons_cis_grouped_by_variant(tmp_path, monkeypatch):
+def test_the_results_view_leads_with_the_comparisons_cis_then_test_perplexity_newest_runs_first(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     mlflow_client, experiment_id = store.client(), store.experiment_id()
     summary = {
@@ -370,21 +370,23 @@ def test_the_dashboard_leads_with_test_perplexity_and_the_comparisons_cis_groupe
     }
     headline_keys = dashboard.dashboard_metrics(report_metrics(summary))
     assert headline_keys == [
-        "test_ppl/1",
-        "test_ppl/4",
         "change_pct/4_vs_1/per_token",
         "change_pct/4_vs_1/per_token_ci95_lower",
         "change_pct/4_vs_1/per_token_ci95_upper",
+        "test_ppl/1",
+        "test_ppl/4",
     ]
     dashboard.save_results_view(mlflow_client, experiment_id, headline_keys)
     state = json.loads(
         json.loads(mlflow_client.get_experiment(experiment_id).tags["mlflow.sharedViewState.results"])["state"]
     )
-    assert state["selectedColumns"][:7] == [f"metrics.`{key}`" for key in headline_keys] + [
-        "metrics.`test/ppl`",
-        "metrics.`val/ppl`",
-    ]
-    assert state["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "variant"}]
+    columns = [f"metrics.`{key}`" for key in headline_keys]
+    assert state["selectedColumns"][:7] == columns + ["metrics.`test/ppl`", "metrics.`val/ppl`"]
+    # MLflow orders metric columns by name unless the view orders them.
+    assert state["columnOrder"][:7] == dashboard.LEADING_COLUMNS + columns
+    assert set(state["columnWidths"]) == set(columns)
+    # Not grouped: a study run, whose models are nested under it, is a row of its own.
+    assert "groupBy" not in state and (state["orderByKey"], state["orderByAsc"]) == ("attributes.start_time", False)
     assert state["runsHiddenMode"] == "SHOW_ALL"
     assert dashboard.significant(30.98765) == 30.99 and dashboard.significant(-23.235052642126153) == -23.24
 

@@ -24,7 +24,13 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
-from headstudy.bookkeeping.dashboard import RESULTS_VIEW, VIEW_TAG_PREFIX, save_results_view
+from headstudy.bookkeeping.dashboard import (
+    CURVES_VIEW,
+    RESULTS_VIEW,
+    VIEW_TAG_PREFIX,
+    save_curves_view,
+    save_results_view,
+)
 from headstudy.bookkeeping.provenance import in_pipeline
 from headstudy.execution.jobs import in_users_repository
 from headstudy.execution.locks import exclusive
@@ -226,6 +232,7 @@ def get_or_create_experiment(uri: str, name: str = EXPERIMENT) -> str:
             raise
         return mlflow_client.get_experiment_by_name(name).experiment_id
     save_results_view(mlflow_client, created, [])
+    save_curves_view(mlflow_client, created)
     return created
 
 
@@ -253,12 +260,14 @@ def existing_experiment_ids() -> list[str]:
 
 
 def describe_experiment(mlflow_client: MlflowClient, experiment) -> None:
-    """Give a store made before these tags existed its kind, description and results view."""
+    """Give a store made before these tags existed its kind, description and saved views."""
     for key, value in EXPERIMENT_DESCRIPTIONS.get(experiment.name, {}).items():
         if experiment.tags.get(key) != value:
             mlflow_client.set_experiment_tag(experiment.experiment_id, key, value)
     if VIEW_TAG_PREFIX + RESULTS_VIEW not in experiment.tags:
         save_results_view(mlflow_client, experiment.experiment_id, [])
+    if VIEW_TAG_PREFIX + CURVES_VIEW not in experiment.tags:
+        save_curves_view(mlflow_client, experiment.experiment_id)
 
 
 def serves_ui(uri: str) -> bool:
@@ -327,16 +336,18 @@ def ui_command() -> str | None:
     )
 
 
-def ui_url(run_id: str | None = None, experiment: str | None = None) -> str:
-    """Where the MLflow UI (ui_address) shows an experiment's runs (by default the studies'), or
-    one run, in the model-training view. MLflow 3.17's UI opens the GenAI view unless the URL (or
-    its sidebar switch) says otherwise, and its own links to a run drop that part of the URL."""
+def ui_url(run_id: str | None = None, experiment: str | None = None, view: str = RESULTS_VIEW) -> str:
+    """Where the MLflow UI (ui_address) shows an experiment's runs (by default the studies') in a
+    saved view (dashboard.VIEWS: the results table, or the curves in the chart view), or one
+    run, in the model-training view. MLflow 3.17's UI opens the GenAI view unless the URL (or its
+    sidebar switch) says otherwise, and its own links to a run drop that part of the URL."""
     address = ui_address()
     if run_id:
         experiment = client().get_run(run_id).info.experiment_id
         return f"{address}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
     experiment = experiment or experiment_id()
-    return f"{address}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}"
+    charts = "&compareRunsMode=CHART" if view == CURVES_VIEW else ""
+    return f"{address}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={view}{charts}"
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE
 from omegaconf import DictConfig
 
-from headstudy.bookkeeping.dashboard import dashboard_metrics, save_results_view, significant
+from headstudy.bookkeeping.dashboard import dashboard_metrics, save_curves_view, save_results_view, significant
 from headstudy.bookkeeping.provenance import (
     PARAMS_FILE,
     dvc_experiment,
@@ -353,6 +353,7 @@ def log_study_report(artifacts: list[Path], summary: dict, headline: list[str]) 
     leave_study_run(run_id)
     experiment = experiment_id(run_experiment())
     save_results_view(mlflow_client, experiment, dashboard_metrics(metrics))
+    save_curves_view(mlflow_client, experiment)
     whose = "the study's" if in_pipeline() else f"the {BY_HAND_EXPERIMENT} experiment's"
     command = ui_command()
     opening = f"; `{command}`, then " if command else ": "
