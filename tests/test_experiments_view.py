@@ -26,10 +26,10 @@ def revision(name: str, max_steps: int, ppl_1: float, ppl_4: float, change: floa
             },
             # As `dvc exp show --json` lists a metrics folder: a path per file of reports/metrics/.
             "metrics": {
-                "reports/metrics/test_ppl/1.json": {"data": {"estimate": ppl_1, "lower95": ppl_1 - 0.1}},
+                "reports/metrics/test_ppl/1.json": {"data": {"estimate": ppl_1, "lower": ppl_1 - 0.1}},
                 "reports/metrics/test_ppl/4.json": {"data": {"estimate": ppl_4}},
                 "reports/metrics/change_pct/4_vs_1.json": {
-                    "data": {"estimate": change, "lower95": change - 1, "upper95": change + 0.5}
+                    "data": {"estimate": change, "lower": change - 1, "upper": change + 0.5}
                 },
                 "studies/other/reports/metrics/test_ppl/8.json": {"data": {"estimate": 17.0}},
             },

@@ -437,11 +437,11 @@ def test_the_metrics_folder_holds_a_file_per_headline_number_with_its_ci_and_not
         ],
     }
     files = headline.metric_files(summary)
-    assert files["test_ppl/1"] == {"estimate": 20.0, "lower95": 19.5, "upper95": 20.5}
+    assert files["test_ppl/1"] == {"estimate": 20.0, "lower": 19.5, "upper": 20.5}
     assert files["test_ppl/4"] == {"estimate": 19.0}
     change = files["change_pct/4_vs_1"]
     assert change["estimate"] == pytest.approx(100 * summary["comparisons"][0]["relative"])
-    assert change["lower95"] < change["estimate"] < change["upper95"]
+    assert change["lower"] < change["estimate"] < change["upper"]
 
     folder = tmp_path / "metrics"
     (folder / "change_pct").mkdir(parents=True)
@@ -450,6 +450,31 @@ def test_the_metrics_folder_holds_a_file_per_headline_number_with_its_ci_and_not
     written = {path.relative_to(folder).as_posix() for path in folder.rglob("*.json")}
     assert written == {"test_ppl/1.json", "test_ppl/4.json", "change_pct/4_vs_1.json"}
     assert json.loads((folder / "test_ppl" / "1.json").read_text()) == files["test_ppl/1"]
+
+
+def test_a_median_headline_keeps_its_distribution_free_interval_in_the_metrics_and_mlflow():
+    """Where the seeds' differences are not normal the answer is the median with the sign test's
+    interval (93.8% with 5 seeds): both go to reports/metrics/ and MLflow, the interval not named
+    a 95% CI."""
+    median = {"relative": -0.037, "relative_ci95": [-0.078, -0.034], "coverage": 0.9375}
+    median |= {"relative_per_word": -0.069, "relative_per_word_ci95": [-0.14, -0.06]}
+    comparison = {"variant_a": "1", "variant_b": "4", "normal": False, "median": median}
+    comparison |= {"relative": -0.046, "relative_ci95": [-0.069, -0.023]}  # the mean: no summary here
+    summary = {"rows": [], "comparisons": [comparison]}
+
+    assert headline.metric_files(summary)["change_pct/4_vs_1"] == pytest.approx(
+        {"estimate": -3.7, "lower": -7.8, "upper": -3.4}
+    )
+    logged = headline.report_metrics(summary)
+    assert list(logged) == [
+        "change_pct/4_vs_1/per_token",
+        "change_pct/4_vs_1/per_token_interval_lower",
+        "change_pct/4_vs_1/per_token_interval_upper",
+        "change_pct/4_vs_1/per_word",
+        "change_pct/4_vs_1/per_word_interval_lower",
+        "change_pct/4_vs_1/per_word_interval_upper",
+    ]
+    assert logged["change_pct/4_vs_1/per_token_interval_lower"] == pytest.approx(-7.8)
 
 
 def test_both_renderings_box_the_headline_list_the_sections_and_number_every_caption(tmp_path):

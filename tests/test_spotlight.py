@@ -404,7 +404,7 @@ def test_dvc_repro_of_the_study_scores_every_model_and_reports(tmp_path):
     assert set(headline) == {"accuracy_pct/k2/1.json", "accuracy_pct/k2/2.json", "gap_points/2_vs_1/k2.json"}
     gap = headline["gap_points/2_vs_1/k2.json"]
     assert gap["estimate"] == pytest.approx(100 * summary["comparisons"][0]["by_k"][0]["diff_mean"])
-    assert all(set(numbers) <= {"estimate", "lower95", "upper95"} for numbers in headline.values())
+    assert all(set(numbers) <= {"estimate", "lower", "upper"} for numbers in headline.values())
     report = (study / "reports" / "results.md").read_text()
     assert "| 2 heads " in report and "Chance" in report and "75.0%" in report and "Where the heads look" in report
     assert (study / "reports" / "results.html").read_text().count("data:image/png;base64,") == 2

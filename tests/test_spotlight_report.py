@@ -125,7 +125,7 @@ def test_the_headline_files_with_a_threshold_are_successes_and_median_gaps(tmp_p
         100 * np.median(np.subtract(FOUR_HEADS, ONE_HEAD))
     )
     # dvc metrics show tabulates a column per key: these keep its three.
-    assert all(set(numbers) <= {"estimate", "lower95", "upper95"} for numbers in files.values())
+    assert all(set(numbers) <= {"estimate", "lower", "upper"} for numbers in files.values())
 
 
 def test_success_accuracy_of_one_and_absent_are_accepted():

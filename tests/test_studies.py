@@ -99,12 +99,12 @@ def test_every_metrics_file_of_the_default_study_holds_numbers_only():
     assert perplexities == {f"test_ppl/{variant}.json" for variant in default_study()["variants"]}
     for path in files:
         numbers = json.loads(path.read_text())
-        assert numbers_only(numbers) and set(numbers) <= {"estimate", "lower95", "upper95"}, path
+        assert numbers_only(numbers) and set(numbers) <= {"estimate", "lower", "upper"}, path
 
 
 @pytest.mark.slow
 def test_dvc_metrics_show_leads_with_the_default_study_and_gives_each_study_a_screen_of_120_columns():
-    """The answer at a glance: a row per number, its estimate and 95% CI, nothing wider than a
+    """The answer at a glance: a row per number, its estimate and interval, nothing wider than a
     terminal, the default study's rows first, and each study's rows within one screen of 30 lines
     (the studies together grow with every study, so it is each study that must stay short)."""
     shown = subprocess.run(
@@ -116,7 +116,7 @@ def test_dvc_metrics_show_leads_with_the_default_study_and_gives_each_study_a_sc
         env={**os.environ, "COLUMNS": "120"},
     ).stdout.splitlines()
     assert max(map(len, shown)) <= 120, "\n".join(shown)
-    assert shown[0].split() == ["Path", "estimate", "lower95", "upper95"]
+    assert shown[0].split() == ["Path", "estimate", "lower", "upper"]
     rows = {line.split()[0]: line.split()[1:] for line in shown[1:]}
     assert next(iter(rows)).startswith("reports/metrics/"), "\n".join(shown)
     per_study = Counter(path.split("/reports/")[0] for path in rows)
@@ -128,9 +128,10 @@ def test_dvc_metrics_show_leads_with_the_default_study_and_gives_each_study_a_sc
         if comparison["normal"]:  # the mean and its t interval
             estimate, low, high = map(float, shown_numbers)
             assert low < estimate < high and estimate == pytest.approx(100 * comparison["relative"], abs=1e-3)
-        else:  # as the verdict: the median, and no 95% interval (none exists without normality)
-            assert shown_numbers[1:] == ["-", "-"], shown_numbers
-            assert float(shown_numbers[0]) == pytest.approx(100 * comparison["median"]["relative"], abs=1e-3)
+        else:  # as the verdict: the median with the sign test's interval (no 95% one without normality)
+            median = comparison["median"]
+            shown_median = [100 * median["relative"], *(100 * end for end in median["relative_ci95"])]
+            assert list(map(float, shown_numbers)) == pytest.approx(shown_median, abs=1e-3), shown_numbers
 
 
 def test_the_readme_states_each_protocol_s_answer_as_the_committed_reports_give_it():

@@ -4,7 +4,7 @@ the terminal.
 `dvc exp show` has a column for every parameter and metric of every study in the repository
 (hundreds). This keeps the study of the folder it runs in: the settings of its params.yaml that
 differ between the rows, the test perplexity of each variant, and each comparison's per-token
-change in percent with its 95% CI (negative: B is better), all read from the files of
+change in percent with its interval (negative: B is better), all read from the files of
 reports/metrics/ (analysis/rendering/headline.py). Columns that do not fit the terminal's width go to a
 second table, each table led by the rows' names. Options such as `-A` go to `dvc exp show`."""
 
@@ -27,8 +27,8 @@ METRICS = "reports/metrics/"
 NAME = "experiment"
 NOTE = (
     "ppl: test perplexity per token (geometric mean over seeds). B vs A %: B's change in per-token "
-    "perplexity against A, in percent, with its 95% CI (the median, without one, where the seeds' "
-    "differences are not normal); negative: B is better."
+    "perplexity against A, in percent, with its 95% CI (the median with the sign test's interval, "
+    "whose coverage the report gives, where the seeds' differences are not normal); negative: B is better."
 )
 
 
@@ -46,7 +46,7 @@ def shown_experiments(options: list[str]) -> list[dict]:
 
 def study_data(entry: dict) -> tuple[dict, dict]:
     """One row's params of params.yaml and the files of reports/metrics/, by name
-    (`change_pct/4_vs_1`: {estimate, lower95, upper95})."""
+    (`change_pct/4_vs_1`: {estimate, lower, upper})."""
     data = entry.get("data") or {}
     params = ((data.get("params") or {}).get(PARAMS) or {}).get("data") or {}
     metrics = {
@@ -124,8 +124,8 @@ def table(shown: list[dict]) -> pd.DataFrame:
             record.update(
                 {
                     column: number(change, "estimate"),
-                    f"{column} low": number(change, "lower95"),
-                    f"{column} high": number(change, "upper95"),
+                    f"{column} low": number(change, "lower"),
+                    f"{column} high": number(change, "upper"),
                 }
             )
         records.append(record)

@@ -1,13 +1,16 @@
 """The study's headline numbers, named to be read at a glance. Two shapes of the same numbers:
 
 - reports/metrics/, for `dvc metrics show` and `dvc exp show`: one small file per number of the
-  answer (`change_pct/4_vs_1.json`), each holding its `estimate` and, where there is one, its 95%
-  CI as `lower95` and `upper95`. A change's estimate is the mean over seeds, or the median where
-  the seeds' differences are not normal, as the report's verdict states it. DVC tabulates a row
+  answer (`change_pct/4_vs_1.json`), each holding its `estimate` and, where there is one, its
+  interval as `lower` and `upper`. A change's estimate is the mean over seeds with its 95% t CI,
+  or, where the seeds' differences are not normal, the median with the sign test's
+  distribution-free interval (its coverage, 93.8% with 5 seeds, is in the report), as the
+  report's verdict states it. DVC tabulates a row
   per file and a column per key, so the table keeps three columns however many variants and
   comparisons a study has.
-- report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_lower`), for the study's MLflow run: the
-  comparisons first, as the report's headline gives them, each lower bound before its upper one.
+- report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_lower`, or `..._interval_lower` for a
+  median's), for the study's MLflow run: the comparisons first, as the report's headline gives
+  them, each lower bound before its upper one.
 
 Negative changes mean B is better than A."""
 
@@ -21,14 +24,19 @@ from headstudy.common.files import staged_folder, write_json
 
 def percent_changes(result: dict) -> dict:
     """A comparison's relative changes as percentages: per token, per word, and their CIs. Where
-    the seeds' differences are not normal (`normal` False), the median's changes and no CI: the
-    verdict's summary, since no 95% interval exists there without assuming normality."""
+    the seeds' differences are not normal (`normal` False), the median's changes with the sign
+    test's distribution-free interval (`_interval_lower`, `_interval_upper`: its coverage is below
+    95% with few seeds, so it is no `ci95`): the verdict's summary, since no 95% interval exists
+    there without assuming normality."""
     if result.get("normal") is False:
-        median = result["median"]
-        return {
-            "per_token": 100 * median["relative"],
-            **({"per_word": 100 * median["relative_per_word"]} if "relative_per_word" in median else {}),
-        }
+        median, found = result["median"], {}
+        for unit, key in (("per_token", "relative"), ("per_word", "relative_per_word")):
+            if key in median:
+                low, high = median.get(f"{key}_ci95") or (None, None)
+                found[unit] = 100 * median[key]
+                found[f"{unit}_interval_lower"] = None if low is None else 100 * low
+                found[f"{unit}_interval_upper"] = None if high is None else 100 * high
+        return found
     found = {}
     for unit, key in (("per_token", "relative"), ("per_word", "relative_per_word")):
         if key in result:
@@ -79,20 +87,23 @@ def report_metrics(summary: dict) -> dict[str, float]:
 
 
 def estimate(value: float, ci95=None, scale: float = 1.0) -> dict[str, float]:
-    """One file of reports/metrics/: `estimate` and, when both ends are finite, `lower95` and
-    `upper95`, each times scale."""
+    """One file of reports/metrics/: `estimate` and, when both ends of its interval are finite,
+    `lower` and `upper`, each times scale."""
     found = {"estimate": scale * value}
     low, high = ci95 if ci95 is not None else (None, None)
     if low is not None and high is not None and math.isfinite(low) and math.isfinite(high):
-        found.update(lower95=scale * low, upper95=scale * high)
+        found.update(lower=scale * low, upper=scale * high)
     return found
 
 
 def per_token(result: dict) -> dict[str, float]:
-    """A comparison's per-token change in percent, as a file of reports/metrics/ (the median and
-    no CI where the seeds' differences are not normal)."""
+    """A comparison's per-token change in percent, as a file of reports/metrics/: the mean and its
+    95% t CI, or where the seeds' differences are not normal the median and its interval."""
     changes = percent_changes(result)
-    return estimate(changes["per_token"], (changes.get("per_token_ci95_lower"), changes.get("per_token_ci95_upper")))
+    interval = "ci95" if "per_token_ci95_lower" in changes else "interval"
+    return estimate(
+        changes["per_token"], (changes.get(f"per_token_{interval}_lower"), changes.get(f"per_token_{interval}_upper"))
+    )
 
 
 def metric_files(summary: dict) -> dict[str, dict[str, float]]:
