@@ -19,6 +19,7 @@ import pytest
 import torch
 import yaml
 from conftest import headstudy_here
+from mlflow.tracking import MlflowClient
 from tinyproject import copy_project, edit_params, environment, ran_stages, run, runs
 
 from headstudy import inspect as inspect_stage
@@ -89,6 +90,16 @@ def test_repro_trains_evaluates_and_reports_every_variant(reproduced, project):
     assert tracked.data.tags["stage"] == "train@1-0"
     assert len(tracked.data.tags["git.commit"]) == 40
     assert tracked.data.tags["data.dvc_md5"].endswith(".dir")
+    # The study run's artifacts as MLflow lists them (folders first, then by name): the forest plot
+    # and the results page first.
+    [study_run] = [r for r in runs(project) if r.data.tags.get("study.state") == "closed"]
+    listed = MlflowClient(f"sqlite:///{project / 'mlflow.db'}").list_artifacts(study_run.info.run_id)
+    assert [(item.path, item.is_dir) for item in listed] == [
+        ("comparisons.png", False),
+        ("results.html", False),
+        ("results.md", False),
+        ("summary.json", False),
+    ]
 
 
 def test_inspect_writes_the_same_heads_file_with_models_measured_in_worker_processes(reproduced, project, monkeypatch):

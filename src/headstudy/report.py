@@ -27,6 +27,7 @@ from headstudy.analysis.rendering.render import to_html, to_markdown
 from headstudy.analysis.rendering.wording import interval, label, mid_sentence
 from headstudy.analysis.sections.budget import budget_section, evidence_curves, no_answer
 from headstudy.analysis.sections.comparisons import (
+    FOREST_FIGURE,
     answer_line,
     comparison_blocks,
     comparisons,
@@ -375,6 +376,8 @@ def main(config: DictConfig) -> None:
     guards.refuse_pipeline_outputs(config, "reports")
     summary, headline = report(config)
     reports = Path(config.paths.reports)
-    tracking.log_study_report(
-        [reports / name for name in ("results.html", "results.md", "summary.json", "figures")], summary, headline
-    )
+    # The forest plot and the report's files, each at the run's top (MLflow lists folders first):
+    # the page embeds every figure.
+    forest = reports / "figures" / FOREST_FIGURE
+    files = [reports / name for name in ("results.html", "results.md", "summary.json")]
+    tracking.log_study_report([forest, *files] if forest.exists() else files, summary, headline)

@@ -32,6 +32,9 @@ from headstudy.analysis.statistics import (
 )
 from headstudy.formats.names import parse_variant
 
+# The forest plot of every comparison, in the report's figures folder (and first among the study run's artifacts).
+FOREST_FIGURE = "comparisons.png"
+
 
 def comparisons(rows: list[dict], pairs: list[list], tokens_per_word: float) -> list[dict]:
     """The paired comparisons asked for in report.compare that the study has both sides of."""
@@ -422,7 +425,7 @@ def pooled_blocks(
                 row["reference"] = theirs
     # Written even with no comparison, so that the stage's outputs are the same for every study.
     figure = report_figures.forest(
-        forest_rows, figure_dir / "comparisons.png", "course chapter (its unit unknown)" if claim else None
+        forest_rows, figure_dir / FOREST_FIGURE, "course chapter (its unit unknown)" if claim else None
     )
     robust = (
         " A square: the median with its distribution-free interval, where the seeds' differences are not normal."
