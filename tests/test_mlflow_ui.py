@@ -60,6 +60,7 @@ def ui(tmp_path_factory):
             metrics=[
                 Metric("test/ppl", 42.5, 0, 0),
                 *(Metric("val/ppl", 60 / step**0.1, 0, step) for step in (10, 100)),
+                *(Metric("tokens", 1024 * step, 0, step) for step in (10, 100)),
             ],
             params=[Param("variant", "1"), Param("seed", "0")],
         )
@@ -171,7 +172,7 @@ def test_the_results_view_leads_with_the_study_run_and_the_headline_in_columns_w
     assert headers[0]["whole"] and headers[0]["right"] <= 1600, headers[0]
 
 
-def test_the_curves_view_opens_the_chart_of_validation_perplexity_by_variant_on_log_axes(ui):
+def test_the_curves_view_opens_the_chart_of_validation_perplexity_against_tokens_by_variant_on_log_axes(ui):
     link = store.ui_url(view=dashboard.CURVES_VIEW)
     assert link.endswith("viewStateShareKey=curves&compareRunsMode=CHART"), link
     where = """(() => {
@@ -184,12 +185,14 @@ def test_the_curves_view_opens_the_chart_of_validation_perplexity_by_variant_on_
     shown = evaluate_in_page(link, where, (1600, 1000), ready=ready)
     assert shown["title"], shown["text"][:500]
     assert shown["text"].lstrip().startswith("val"), shown["text"][:500]  # its section first
+    assert "\ntokens\n" in shown["text"], shown["text"][:500]  # the x axis's title
     assert "Group by: variant" in shown["page"], shown["page"][:1000]
     saved = json.loads(
         json.loads(store.client().get_experiment(ui.experiment).tags[store.VIEW_TAG_PREFIX + "curves"])["state"]
     )
     [chart] = saved["compareRunCharts"]
-    assert (chart["metricKey"], chart["xAxisScaleType"], chart["scaleType"]) == ("val/ppl", "log", "log")
+    assert (chart["metricKey"], chart["selectedXAxisMetricKey"]) == ("val/ppl", "tokens")
+    assert (chart["xAxisScaleType"], chart["scaleType"]) == ("log", "log")
 
 
 def test_the_link_the_report_prints_opens_on_the_committed_answer_without_scrolling(ui, capsys):

@@ -215,6 +215,12 @@ def test_training_run_holds_a_loss_curve_test_perplexity_and_only_training_param
     assert not {"params", "epoch"} & set(metrics)
     history = rest.get("/api/2.0/mlflow/metrics/get-history", run_id=child["info"]["run_id"], metric_key="train/loss")
     assert len({point["step"] for point in history["metrics"]}) >= 20
+    # Beside each validation perplexity, the tokens trained on: the x axis of the curves file.
+    tokens = rest.get("/api/2.0/mlflow/metrics/get-history", run_id=child["info"]["run_id"], metric_key="tokens")
+    curve = (project / "metrics/curves/h1-s0.csv").read_text().splitlines()[1:]
+    assert {point["step"]: point["value"] for point in tokens["metrics"]} == {
+        int(step): float(trained) for step, trained, _ in (line.split(",") for line in curve)
+    }
     params = {param["key"]: param["value"] for param in child["data"]["params"]}
     assert params["model.n_heads"] == "1" and params["trainer.max_steps"] == "30"
     assert not [key for key in params if key.split(".")[0] in ("paths", "inspect", "baselines")]

@@ -30,8 +30,8 @@ RESULTS_COLUMNS = [
 # the toggle that shows a study run's models.
 LEADING_COLUMNS = ["attributes.`Run Name`", "runDateAndNestInfo"]
 # "headstudy curves": the chart view of the runs grouped by variant (MLflow's "Group by": the mean
-# curve of a variant's seeds, with a band), validation perplexity first, both axes logarithmic as
-# the report draws it. MLflow groups the table and the charts alike, hence a view of its own.
+# curve of a variant's seeds, with a band), validation perplexity against tokens first, both axes
+# logarithmic as the report draws it. MLflow groups the table and the charts alike, hence a view of its own.
 CURVES_VIEW = "curves"
 GROUP_BY_VARIANT = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "variant"}]}
 CURVES_SECTION = {"uuid": "headstudy-validation", "name": "val", "display": True, "isReordered": True}
@@ -44,7 +44,8 @@ VALIDATION_CHART = {
     "isGenerated": True,
     "deleted": False,
     "runsCountToCompare": 10,
-    "xAxisKey": "step",
+    "xAxisKey": "metric",  # the metric `tokens`, logged at each validation step
+    "selectedXAxisMetricKey": "tokens",
     "useGlobalXaxisKey": False,
     "xAxisScaleType": "log",
     "scaleType": "log",

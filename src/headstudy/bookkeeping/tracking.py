@@ -68,6 +68,8 @@ if TYPE_CHECKING:
 # is still to come.
 STUDY_KEY = "study.key"
 STUDY_STATE = "study.state"
+# A training's validation perplexity, and beside it at each of its steps the tokens trained on so far.
+VALIDATION_METRIC, TOKENS_METRIC = "val/ppl", "tokens"
 
 
 def training_params(config: DictConfig) -> dict[str, str]:
@@ -99,15 +101,29 @@ def interrupts_deferred() -> Iterator[None]:
 def training_logger(run_id: str | None, run_name: str, parent_run_id: str | None = None):
     """Lightning's MLflow logger on our store; with run_id it continues that run, otherwise it
     starts one nested under parent_run_id (in the studies' experiment, as its parent is), or
-    standing alone in the experiment of runs by hand."""
+    standing alone in the experiment of runs by hand. With each validation perplexity it logs the
+    tokens trained on so far (`tokens`), the x axis of the report's curves and of MLflow's."""
     from lightning.pytorch.loggers import MLFlowLogger
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     class TrainingLogger(MLFlowLogger):
+        tokens_per_step: int | None = None
+
         def log_metrics(self, metrics, step=None):
             # Lightning adds `epoch`, which here counts validation intervals: noise in the run.
+            metrics = {key: value for key, value in metrics.items() if key != "epoch"}
+            if VALIDATION_METRIC in metrics and step is not None:
+                metrics[TOKENS_METRIC] = step * self.run_tokens_per_step()
             with interrupts_deferred():
-                super().log_metrics({key: value for key, value in metrics.items() if key != "epoch"}, step)
+                super().log_metrics(metrics, step)
+
+        def run_tokens_per_step(self) -> int:
+            """Tokens a step trains on, from the run's own params (record_provenance logs them
+            before the first validation, also for a run resumed in another process)."""
+            if self.tokens_per_step is None:
+                params = client().get_run(self.run_id).data.params
+                self.tokens_per_step = int(params["data.batch_size"]) * int(params["model.context"])
+            return self.tokens_per_step
 
         def log_hyperparams(self, params) -> None:
             with interrupts_deferred():
