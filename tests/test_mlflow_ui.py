@@ -151,7 +151,7 @@ def test_the_results_view_leads_with_the_study_run_and_the_headline_in_columns_w
       const rows = [...document.querySelectorAll('a[href*="/runs/"]')]
         .filter(a => a.textContent.trim()).map(a => ({name: a.textContent.trim(), top: box(a).top}));
       const headers = [...document.querySelectorAll('[role="columnheader"][col-id^="metrics."]')].map(h => {
-        // Cut with an ellipsis where an element between the name and its cell is wider inside than out.
+        // The name is cut (an ellipsis) where its text reaches past the element that clips it.
         const label = [...h.querySelectorAll('*')].find(e => e.children.length === 0 && e.textContent.trim());
         const text = document.createRange();
         text.selectNodeContents(label);

@@ -11,8 +11,8 @@ from mlflow.tracking import MlflowClient
 
 # Two saved views of the runs table (the UI's "Views"), each stored as an experiment tag the way
 # the UI stores one, that ui_url() opens. "headstudy results": the runs newest first and not
-# grouped, so that a study's run (which closes last, its models nested under it) is the first row;
-# the studies' own columns (each comparison with its 95% CI, each variant's test perplexity) first,
+# grouped, so that the latest study's run is the first row, its model runs nested under it; the
+# studies' own columns (each comparison with its interval, each variant's test perplexity) first,
 # each wide enough for its name, then the model runs' test and validation perplexity; not the wide
 # Dataset column, which would push the metrics out of sight.
 RESULTS_VIEW = "results"
@@ -31,7 +31,8 @@ RESULTS_COLUMNS = [
 LEADING_COLUMNS = ["attributes.`Run Name`", "runDateAndNestInfo"]
 # "headstudy curves": the chart view of the runs grouped by variant (MLflow's "Group by": the mean
 # curve of a variant's seeds, with a band), validation perplexity against tokens first, both axes
-# logarithmic as the report draws it. MLflow groups the table and the charts alike, hence a view of its own.
+# logarithmic as the report draws it. MLflow groups the table and the charts alike, hence a view
+# of its own.
 CURVES_VIEW = "curves"
 GROUP_BY_VARIANT = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "variant"}]}
 CURVES_SECTION = {"uuid": "headstudy-validation", "name": "val", "display": True, "isReordered": True}
@@ -103,7 +104,7 @@ def save_view(mlflow_client: MlflowClient, experiment: str, view: str, state: di
 
 
 def header_width(column: str) -> int:
-    """Pixels in which the runs table shows a metric column's name whole, beside its sort and menu icons."""
+    """Pixels in which the runs table shows a metric column's name whole, beside its icons."""
     name = column.removeprefix("metrics.`").removesuffix("`")
     return 40 + 7 * len(name)
 

@@ -5,9 +5,8 @@
   interval as `lower` and `upper`. A change's estimate is the mean over seeds with its 95% t CI,
   or, where the seeds' differences are not normal, the median with the sign test's
   distribution-free interval (its coverage, 93.8% with 5 seeds, is in the report), as the
-  report's verdict states it. DVC tabulates a row
-  per file and a column per key, so the table keeps three columns however many variants and
-  comparisons a study has.
+  report's verdict states it. DVC tabulates a row per file and a column per key, so the table
+  keeps three columns however many variants and comparisons a study has.
 - report_metrics, flat (`change_pct/4_vs_1/per_token_ci95_lower`, or `..._interval_lower` for a
   median's), for the study's MLflow run: the comparisons first, as the report's headline gives
   them, each lower bound before its upper one.
