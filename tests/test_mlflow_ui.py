@@ -181,7 +181,10 @@ def test_the_curves_view_opens_the_chart_of_validation_perplexity_against_tokens
       const area = document.querySelector('[data-testid="experiment-view-compare-runs-chart-area"]');
       return {title: titles.length > 0, text: area ? area.innerText : '', page: document.body.innerText};
     })()"""
-    ready = "document.querySelector('[data-testid=\"experiment-view-compare-runs-chart-area\"]') !== null"
+    # A chart draws after its card (a spinner first): wait for the first one's plot.
+    ready = (
+        "document.querySelector('[data-testid=\"experiment-view-compare-runs-chart-area\"] .js-plotly-plot') !== null"
+    )
     shown = evaluate_in_page(link, where, (1600, 1000), ready=ready)
     assert shown["title"], shown["text"][:500]
     assert shown["text"].lstrip().startswith("val"), shown["text"][:500]  # its section first
