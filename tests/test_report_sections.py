@@ -107,9 +107,12 @@ def test_a_contrast_whose_per_seed_values_are_not_normal_is_stated_by_its_median
     assert "so the mean, " in sentence and sentence.endswith(": 4 heads better.")
     table = comparisons.contrast_table(list(results.values()))
     assert list(table["Coverage"])[0] == "97.9%" and "Interval per token" in table.columns
-    # reports/metrics/ gives the median, without the t interval, as for a pair.
+    # reports/metrics/ gives the median with the sign test's interval, not the t interval, as for a pair.
+    low, high = heads["median"]["relative_ci95"]
     assert headline.per_token(comparisons.contrast_numbers(heads)) == {
-        "estimate": pytest.approx(100 * math.expm1(np.median(per_seed)))
+        "estimate": pytest.approx(100 * math.expm1(np.median(per_seed))),
+        "lower": pytest.approx(100 * low),
+        "upper": pytest.approx(100 * high),
     }
     # Where the per-seed values may be normal the t interval stays in charge.
     assert results["projection_with_many"]["method"] == "paired" and results["projection_with_many"]["normal"]

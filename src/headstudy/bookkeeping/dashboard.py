@@ -35,7 +35,14 @@ LEADING_COLUMNS = ["attributes.`Run Name`", "runDateAndNestInfo"]
 # of its own.
 CURVES_VIEW = "curves"
 GROUP_BY_VARIANT = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "variant"}]}
-CURVES_SECTION = {"uuid": "headstudy-validation", "name": "val", "display": True, "isReordered": True}
+CURVES_SECTION = {
+    "uuid": "headstudy-validation",
+    "name": "val",
+    "display": True,
+    "isReordered": True,
+    "deleted": False,
+    "isGenerated": True,
+}
 VALIDATION_CHART = {
     "uuid": "headstudy-val-ppl",
     "type": "LINE",
@@ -90,7 +97,7 @@ def save_curves_view(mlflow_client: MlflowClient, experiment: str) -> None:
         "groupBy": GROUP_BY_VARIANT,
         "runsHiddenMode": SHOW_ALL_RUNS,
         "isAccordionReordered": True,
-        "compareRunSections": [{**CURVES_SECTION, "deleted": False, "isGenerated": True}],
+        "compareRunSections": [CURVES_SECTION],
         "compareRunCharts": [VALIDATION_CHART],
     }
     save_view(mlflow_client, experiment, CURVES_VIEW, state)

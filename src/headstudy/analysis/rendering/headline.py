@@ -27,22 +27,15 @@ def percent_changes(result: dict) -> dict:
     test's distribution-free interval (`_interval_lower`, `_interval_upper`: its coverage is below
     95% with few seeds, so it is no `ci95`): the verdict's summary, since no 95% interval exists
     there without assuming normality."""
-    if result.get("normal") is False:
-        median, found = result["median"], {}
-        for unit, key in (("per_token", "relative"), ("per_word", "relative_per_word")):
-            if key in median:
-                low, high = median.get(f"{key}_ci95") or (None, None)
-                found[unit] = 100 * median[key]
-                found[f"{unit}_interval_lower"] = None if low is None else 100 * low
-                found[f"{unit}_interval_upper"] = None if high is None else 100 * high
-        return found
+    median = result.get("normal") is False
+    source, interval = (result["median"], "interval") if median else (result, "ci95")
     found = {}
     for unit, key in (("per_token", "relative"), ("per_word", "relative_per_word")):
-        if key in result:
-            found[unit] = 100 * result[key]
-            low, high = result.get(f"{key}_ci95") or (result.get(f"{key}_ci95_low"), result.get(f"{key}_ci95_high"))
-            found[f"{unit}_ci95_lower"] = None if low is None else 100 * low
-            found[f"{unit}_ci95_upper"] = None if high is None else 100 * high
+        if key in source:
+            found[unit] = 100 * source[key]
+            low, high = source.get(f"{key}_ci95") or (source.get(f"{key}_ci95_low"), source.get(f"{key}_ci95_high"))
+            found[f"{unit}_{interval}_lower"] = None if low is None else 100 * low
+            found[f"{unit}_{interval}_upper"] = None if high is None else 100 * high
     return found
 
 
