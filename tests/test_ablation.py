@@ -30,8 +30,9 @@ from headstudy.formats.queries import load_queries, load_task
 from headstudy.formats.trained import data_record, settings_text, training_record
 from headstudy.settings.compose import compose_config, model_config, stage_config
 from headstudy.tasks.multiclue import Layout
-from headstudy.weights.model import Decoder, ModelConfig
+from headstudy.weights.model import Decoder
 from headstudy.weights.saved import write_model
+from headstudy.weights.settings import ModelConfig
 
 # k = 2 clues of 3 values: 9 answer tokens, digit chance 1/3.
 CLUES, VALUES = 2, 3

@@ -6,7 +6,8 @@ import torch
 from headstudy.common.errors import ConfigError
 from headstudy.count import count
 from headstudy.settings.compose import compose_config, model_config
-from headstudy.weights.model import Decoder, ModelConfig, next_token_loss, weights_sha256
+from headstudy.weights.model import Decoder, next_token_loss, weights_sha256
+from headstudy.weights.settings import ModelConfig
 
 
 @pytest.mark.parametrize("heads, expected", [(1, 328_704), (4, 345_216)])

@@ -278,8 +278,11 @@ def test_queued_experiments_run_two_at_a_time_into_the_project_store(reproduced)
     # The training runs; each experiment also opened a parent run for its study execution.
     new = [r for r in runs(reproduced) if r.info.run_id not in before and "weights.sha256" in r.data.tags]
     assert sorted(int(r.data.params["trainer.max_steps"]) for r in new) == [10, 30]
-    # Two jobs on this machine's cores, never more threads than the experiments' `threads` (2).
+    # Two jobs on this machine's cores, never more threads than the experiments' `threads` (2),
+    # as each job read the queue's two workers from `dvc queue status`.
     assert {r.data.tags["env.threads"] for r in new} == {str(max(1, min(2, cores() // 2)))}
+    for name in ("steps10", "steps30"):
+        assert "did not say how many workers" not in run(reproduced, "dvc", "queue", "logs", name).stdout
     assert all(r.info.status == "FINISHED" and "test/ppl" in r.data.metrics for r in new)
 
     shown = json.loads(run(reproduced, "dvc", "exp", "show", "--json").stdout)

@@ -22,7 +22,8 @@ from headstudy.common.errors import ConfigError
 from headstudy.formats.prepared import load_stats, load_tokens
 from headstudy.formats.queries import load_queries, load_task
 from headstudy.tasks.multiclue import MultiClue
-from headstudy.weights.model import Decoder, ModelConfig
+from headstudy.weights.model import Decoder
+from headstudy.weights.settings import ModelConfig
 
 SETTINGS = yaml.safe_load((ROOT / "conf" / "data" / "multiclue.yaml").read_text())
 

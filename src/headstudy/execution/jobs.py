@@ -2,18 +2,25 @@
 
 On 2 cores, two trainings of 2 threads each slow each other down far more than in
 proportion. `dvc queue start -j N` runs N experiments at once and tells them nothing of N,
-so a queued job counts the queue's live workers itself: DVC keeps a pid file per worker,
-<repo>/.dvc/tmp/exps/celery/dvc-exp-worker-K.pid, and names the user's repository (not the
-temporary copy the job runs in) in DVC_ROOT.
+so a queued job asks the queue itself: `dvc queue status`, in the user's repository (which DVC
+names in DVC_ROOT; the job runs in a temporary copy), says how many workers it has.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
-QUEUE_WORKERS = Path(".dvc") / "tmp" / "exps" / "celery"
+# Where DVC runs queued experiments, in temporary copies of the repository.
+QUEUED_COPIES = Path(".dvc") / "tmp" / "exps"
+# A DVC command's start and the workers' answers to its broadcast (it waits 1 s for them): 1.7 s on
+# quiet cores of an Intel Xeon; the limit only stops a queue that hangs.
+QUEUE_STATUS_SECONDS = 60
+# `dvc queue status` ends with this line; a worker is active while it runs an experiment.
+WORKER_STATUS = re.compile(r"^Worker status: (\d+) active, (\d+) idle$", re.MULTILINE)
 
 
 def cores() -> int:
@@ -24,28 +31,21 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def alive(pid: int) -> bool:
+def queue_workers(repository: Path) -> int | None:
+    """The DVC experiment queue's workers in `repository`, as `dvc queue status` counts them, or
+    None where it could not say."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
-def queue_workers(repository: Path) -> int:
-    """DVC experiment-queue workers of `repository` that are running now."""
-    running = 0
-    for pid_file in (repository / QUEUE_WORKERS).glob("dvc-exp-worker-*.pid"):
-        info_file = pid_file.with_suffix(".json")
-        try:
-            pid = int(pid_file.read_text().strip())
-            finished = info_file.is_file() and json.loads(info_file.read_text()).get("returncode") is not None
-        except (OSError, ValueError):
-            continue
-        running += not finished and alive(pid)
-    return running
+        status = subprocess.run(
+            [sys.executable, "-m", "dvc", "queue", "status"],
+            cwd=repository,
+            capture_output=True,
+            text=True,
+            timeout=QUEUE_STATUS_SECONDS,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = WORKER_STATUS.search(status.stdout)
+    return int(found[1]) + int(found[2]) if status.returncode == 0 and found else None
 
 
 def in_queued_experiment() -> bool:
@@ -53,7 +53,7 @@ def in_queued_experiment() -> bool:
     repository = os.environ.get("DVC_ROOT")
     if not repository or "DVC_EXP_NAME" not in os.environ:
         return False
-    return Path.cwd().resolve().is_relative_to((Path(repository) / QUEUE_WORKERS.parent).resolve())
+    return Path.cwd().resolve().is_relative_to((Path(repository) / QUEUED_COPIES).resolve())
 
 
 def repository_root(folder: Path) -> Path | None:
@@ -92,11 +92,15 @@ def outliving_checkpoints(config) -> Path:
 
 def torch_threads(requested: int) -> int:
     """`requested` (the config's `threads`), or fewer in a queued experiment: the cores divided
-    among the queue's running jobs, so that they never ask for more threads than there are cores."""
+    among the queue's workers, so that they never ask for more threads than there are cores
+    (one thread where the queue could not say)."""
     if not in_queued_experiment():
         return requested
-    jobs = max(1, queue_workers(Path(os.environ["DVC_ROOT"])))
-    return max(1, min(requested, cores() // jobs))
+    workers = queue_workers(Path(os.environ["DVC_ROOT"]))
+    if workers is None:
+        print("headstudy: `dvc queue status` did not say how many workers the queue has: 1 thread", file=sys.stderr)
+        return 1
+    return max(1, min(requested, cores() // max(1, workers)))
 
 
 def stage_workers(threads: int, tasks: int) -> int:

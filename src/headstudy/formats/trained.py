@@ -22,8 +22,9 @@ from headstudy.common.files import read_json
 from headstudy.common.trees import flatten
 from headstudy.formats.prepared import check_vocab_size, digest_of, prepared_file_hashes
 from headstudy.formats.runconfig import training_section
-from headstudy.weights.model import Decoder, ModelConfig, weights_sha256
+from headstudy.weights.model import Decoder, weights_sha256
 from headstudy.weights.saved import CONFIG_FILE, MODEL_FILE, RUN_FILE
+from headstudy.weights.settings import ModelConfig
 
 
 def model_dir(config: DictConfig) -> Path:

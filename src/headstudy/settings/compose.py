@@ -24,6 +24,7 @@ from headstudy.common.errors import ConfigError, first_line
 from headstudy.formats.names import model_name, parse_variant
 from headstudy.formats.runconfig import TRAINING_KEYS
 from headstudy.settings import schema
+from headstudy.weights.settings import ModelConfig
 
 PARAMS_FILE = Path("params.yaml")
 # params.yaml sections that hold study settings rather than conf/ keys.
@@ -346,14 +347,9 @@ def widen_mlp_by_projection(model: DictConfig) -> None:
         model.mlp_hidden = hidden + projection_units(width)
 
 
-def model_config(config: DictConfig):
-    """The plain model's ModelConfig (imported here: help and config printing need no torch)."""
-    from headstudy.weights.model import ModelConfig
-
-    try:
-        return ModelConfig(**OmegaConf.to_container(config.model))
-    except TypeError as error:
-        raise ConfigError(f"model: {error}") from None
+def model_config(config: DictConfig) -> ModelConfig:
+    """The plain model's settings, from a composed (so checked) config."""
+    return ModelConfig.model_validate(OmegaConf.to_container(config.model))
 
 
 def validate(config: DictConfig) -> None:

@@ -1,97 +1,32 @@
 """The type and range of every setting, in one typed schema (pydantic): a composed config's
-sections, and params.yaml's study: and report: sections. Each field says in its description what
-it must be, and a value that is not is refused with its key, that description and the value
-(`optimizer.lr must be a finite positive number, got -1`); a key no section has is refused too.
-What one key cannot say alone (a head count that divides the width, a precision this device
-trains in, the multi-clue task's own rules, a pair naming a variant of the study) is checked
-beside it, in settings/compose.py and configure.py.
-
-Types are strict: YAML and Hydra hand over typed values, so a text where a number belongs
-(`lr: 1e-3`, which YAML 1.1 reads as text) is refused rather than converted."""
+sections, and params.yaml's study: and report: sections. The sections that shape a training are the
+training's own typed settings (weights/settings.py), so each of those is defined once. Each field
+says in its description what it must be, and a value that is not is refused with its key, that
+description and the value (`optimizer.lr must be a finite positive number, got -1`); a key no
+section has is refused too. What one key cannot say alone (a head count that divides the width, a
+precision this device trains in, the multi-clue task's own rules, a pair naming a variant of the
+study) is checked beside it, in settings/compose.py and configure.py. Types are strict
+(weights/settings.py's Settings says why)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-
-class Section(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
-
+from headstudy.weights.settings import ModelConfig, OptimizerSettings, Settings, TrainerSettings, setting, whole
 
 # A head count (4) or a head count and a file of conf/variants/ (1-mix), as YAML gives either.
 Variant = Annotated[str | int, Field(description="a variant")]
 
 
-def setting(description: str, **constraints: Any) -> Any:
-    return Field(description=description, **constraints)
-
-
-def whole(minimum: int, note: str = "") -> Any:
-    return setting(f"an integer >= {minimum}{note}", ge=minimum)
-
-
-def device_list(devices: Any) -> Any:
-    """trainer.devices as Lightning takes it: a count (-1: all), `auto`, or device indices (a
-    list, or a string such as "0,1"); anything else would end in Lightning's TypeError."""
-    if isinstance(devices, int):
-        good = devices >= 1 or devices == -1
-    elif isinstance(devices, str):
-        good = (
-            devices == "auto" or devices.strip() == "-1" or all(part.strip().isdigit() for part in devices.split(","))
-        )
-    else:
-        good = len(devices) > 0 and all(device >= 0 for device in devices)
-    if not good:
-        raise ValueError("not a device count or list")
-    return devices
-
-
-class Model(Section):
-    vocab_size: int = whole(1)
-    context: int = whole(1)
-    width: int = whole(1)
-    n_heads: int = whole(1)
-    n_layers: int = whole(1)
-    mlp_hidden: int = whole(1)
-    mix_heads: bool | None = setting("null, true or false")
-    init_std: float = setting("a finite positive number", gt=0)
-    qk_norm: bool = setting("true or false", default=False)
-
-
-class Trainer(Section):
-    max_steps: int = whole(1)
-    val_every_steps: int = whole(1)
-    loss_points: int = whole(1)
-    deterministic: bool | Literal["warn"] = setting("true, false or warn")
-    accelerator: Literal["cpu", "gpu", "cuda", "mps", "auto"] = setting("cpu, gpu, cuda, mps or auto")
-    devices: Annotated[int | str | list[int], AfterValidator(device_list)] = setting(
-        "a number of devices (1, 2, ...; -1 for all), auto, or a list of device indices"
-    )
-    num_nodes: int = whole(1)
-    strategy: str = setting("a Lightning strategy (auto, ddp)")
-    # What the device trains in decides which precisions are right: settings/compose.py says them.
-    precision: Any = setting("a precision this device trains in")
-    compile: bool = setting("true or false")
-
-
-class Optimizer(Section):
-    lr: float = setting("a finite positive number", gt=0)
-    betas: list[Annotated[float, Field(ge=0, lt=1)]] = setting("two numbers in [0, 1)", min_length=2, max_length=2)
-    weight_decay: float = setting("a finite number >= 0", ge=0)
-    warmup_fraction: float = setting("a number in [0, 1)", ge=0, lt=1)
-    start_factor: float = setting("a finite number >= 0", ge=0)
-    final_factor: float = setting("a finite number >= 0", ge=0)
-
-
-class Data(Section):
+class Data(Settings):
     corpus: str = setting("ptb, textdir or multiclue")
     vocab_size: int = whole(257, " (byte-level BPE starts from the 256 bytes)")
     batch_size: int = whole(1)
 
 
-class Splits(Section):
+class Splits(Settings):
     train: str = setting("the sha256 of the split's text")
     valid: str = setting("the sha256 of the split's text")
     test: str = setting("the sha256 of the split's text")
@@ -120,16 +55,16 @@ class GeneratedTask(Data):
 CORPORA = {"ptb": PennTreebank, "textdir": TextFolder, "multiclue": GeneratedTask}
 
 
-class Baselines(Section):
+class Baselines(Settings):
     add_k: float = setting("a finite positive number (add-k smoothing)", gt=0)
 
 
-class Role(Section):
+class Role(Settings):
     score: str = setting("a head score of analysis/measures (previous_token, first_position, self)")
     above: float = setting("a number in [0, 1] (an attention share)", ge=0, le=1)
 
 
-class FairNull(Section):
+class FairNull(Settings):
     also: list[Variant] = setting("a list of variants")
     max_unions: int = whole(1)
     sample_seed: int = whole(0)
@@ -138,13 +73,13 @@ class FairNull(Section):
     overlap_margin: float = setting("a number in [0, 1)", ge=0, lt=1)
 
 
-class Spotlight(Section):
+class Spotlight(Settings):
     single: Variant = setting("a variant")
     multi: Variant = setting("a variant")
     fair_null: FairNull = setting("the fair null's settings")
 
 
-class Inspect(Section):
+class Inspect(Settings):
     sentence: str = setting("a sentence of the test split")
     batch_size: int = whole(1)
     roles: dict[str, Role] = setting("named head roles, each {score, above}")
@@ -152,21 +87,21 @@ class Inspect(Section):
     spotlight: Spotlight = setting("the spotlight's settings")
 
 
-class Diagnose(Section):
+class Diagnose(Settings):
     probe_every: int = whole(1)
     probe_windows: int = whole(1)
     clip_grad_norm: float | None = setting("null (no clipping) or a finite positive number", gt=0)
 
 
-class Paths(Section):
+class Paths(Settings):
     model_config = ConfigDict(extra="allow")  # each stage's own folders
 
 
-class Tracking(Section):
+class Tracking(Settings):
     experiment: str = setting("an MLflow experiment name")
 
 
-class Config(Section):
+class Config(Settings):
     """A composed config, or the part of it a stage's file or a recorded run holds: the
     sections a training needs are required, the others checked where present."""
 
@@ -175,9 +110,9 @@ class Config(Section):
     threads: int = whole(1)
     name: str | None = setting("a model name", default=None)
     data: dict = setting("the data section")  # checked by its corpus's schema
-    model: Model = setting("the model section")
-    trainer: Trainer = setting("the trainer section")
-    optimizer: Optimizer = setting("the optimizer section")
+    model: ModelConfig = setting("the model section")
+    trainer: TrainerSettings = setting("the trainer section")
+    optimizer: OptimizerSettings = setting("the optimizer section")
     baselines: Baselines | None = setting("the baselines section", default=None)
     inspect: Inspect | None = setting("the inspect section", default=None)
     diagnose: Diagnose | None = setting("the diagnose section", default=None)
@@ -185,33 +120,33 @@ class Config(Section):
     tracking: Tracking | None = setting("the tracking section", default=None)
 
 
-class ChapterClaim(Section):
+class ChapterClaim(Settings):
     a: Variant = setting("a variant of study.variants")
     b: Variant = setting("a variant of study.variants")
     ppl_a: float = setting("a positive number (the chapter's perplexity of variant a)", gt=0)
     ppl_b: float = setting("a positive number (the chapter's perplexity of variant b)", gt=0)
 
 
-class VideoClaim(Section):
+class VideoClaim(Settings):
     single: Variant = setting("a variant")
     multi: Variant = setting("a variant")
     single_accuracy: float = setting("a number in [0, 1] (an accuracy)", ge=0, le=1)
     multi_accuracy: float = setting("a number in [0, 1] (an accuracy)", ge=0, le=1)
 
 
-class ExtraRuns(Section):
+class ExtraRuns(Settings):
     title: str = setting("a title", min_length=1)
     metrics: str = setting("a folder of score metrics files", min_length=1)
     note: str = setting("a note", default="")
 
 
-class Budget(Section):
+class Budget(Settings):
     evidence: str = setting("a folder of the budget study's validation curves", min_length=1)
     beat_bigram_by: float = setting("a number in [0, 1) (how far below the bigram every variant ends)", ge=0, lt=1)
     max_gap_drift: float = setting("a positive number (the gap's largest move over the last quarter)", gt=0)
 
 
-class Report(Section):
+class Report(Settings):
     """params.yaml's report: section. Which variants its pairs and claims may name, and
     report.share's own rules, are checked beside it (configure.py)."""
 
@@ -246,12 +181,12 @@ class Report(Section):
     )
 
 
-class Partners(Section):
+class Partners(Settings):
     folder: str = setting("the folder of the study that trains them (../STUDY)")
     variants: list[Variant] = setting("a non-empty list of variants", min_length=1)
 
 
-class Study(Section):
+class Study(Settings):
     """params.yaml's study: section. What its lists may hold beyond their types (no repeats, a
     variant conf/ can build, arms and their settings, the rates' entry) is checked in configure.py."""
 
@@ -294,7 +229,7 @@ def problems(settings: dict) -> list[str]:
     return found
 
 
-def errors_of(schema: type[Section], settings: dict, prefix: str, where: str = "") -> list[str]:
+def errors_of(schema: type[Settings], settings: dict, prefix: str, where: str = "") -> list[str]:
     """The schema's problems with these settings, each key given with prefix (its section) and
     where (the file, for a section a user writes by hand)."""
     try:
@@ -308,7 +243,7 @@ def errors_of(schema: type[Section], settings: dict, prefix: str, where: str = "
                 found[key] = f"{prefix}{key}{where} is not a setting"
             elif key in found:  # a union's members each report the one value
                 continue
-            elif detail["type"] == "missing":
+            elif detail["type"] == "missing" and len(detail["loc"]) == key.count(".") + 1:  # not a pair's item
                 found[key] = f"{prefix}{key}{where} is missing: expected {description}"
             else:
                 found[key] = f"{prefix}{key}{where} must be {description}, got {value_at(settings, key)!r}"
@@ -316,7 +251,7 @@ def errors_of(schema: type[Section], settings: dict, prefix: str, where: str = "
     return []
 
 
-def field_at(schema: type[Section], location: tuple) -> tuple[str, str]:
+def field_at(schema: type[Settings], location: tuple) -> tuple[str, str]:
     """The dotted key of the setting an error is about, and its description: the error's
     location, less what it says below a setting (a list's index, a union member's type)."""
     keys: list[str] = []

@@ -9,23 +9,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from headstudy.common.errors import ConfigError, first_line
 from headstudy.execution import jobs
-from headstudy.weights.model import ModelConfig
 from headstudy.weights.recipe import Training, prepare_training
-from headstudy.weights.settings import OptimizerSettings, TrainerSettings, TrainingSettings
+from headstudy.weights.settings import TrainingSettings
 from headstudy.weights.training import TrainerRefused, TrainingDiverged
 
 PLACEMENT_KEYS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+TRAINING_SECTIONS = ("model", "optimizer", "trainer")
 
 
 def training_settings(config: DictConfig) -> TrainingSettings:
-    optimizer = OmegaConf.to_container(config.optimizer)
-    trainer = OmegaConf.to_container(config.trainer)
-    return TrainingSettings(
-        model=ModelConfig(**OmegaConf.to_container(config.model)),
-        optimizer=OptimizerSettings(**{**optimizer, "betas": tuple(optimizer["betas"])}),
-        trainer=TrainerSettings(**trainer),
-        batch_size=config.data.batch_size,
-        seed=config.seed,
+    """The training's typed settings, its sections handed whole to their one definition."""
+    return TrainingSettings.model_validate(
+        {
+            **{section: OmegaConf.to_container(config[section]) for section in TRAINING_SECTIONS},
+            "batch_size": config.data.batch_size,
+            "seed": config.seed,
+        }
     )
 
 

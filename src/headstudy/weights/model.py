@@ -1,4 +1,5 @@
-"""A GPT-style decoder in plain PyTorch: one config, one module per concept, init spelled out.
+"""A GPT-style decoder in plain PyTorch, built from its ModelConfig (weights/settings.py): one module
+per concept, init spelled out.
 
 It knows nothing of Lightning, Hydra or MLflow, so it can be read, counted and tested alone.
 """
@@ -7,40 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int
-    context: int
-    width: int
-    n_heads: int
-    n_layers: int
-    mlp_hidden: int
-    # The output projection mixes the heads' outputs; with one head there is nothing to mix.
-    # None means "only when n_heads > 1", as in the course's model.
-    mix_heads: bool | None = None
-    init_std: float = 0.02
-    # RMS-normalised queries and keys per head (Wortsman et al. 2023), which bounds the attention
-    # logits that a high learning rate can blow up.
-    qk_norm: bool = False
-
-    @property
-    def has_output_projection(self) -> bool:
-        return self.n_heads > 1 if self.mix_heads is None else self.mix_heads
-
-    def saved(self) -> dict:
-        """The settings as model.pt keeps them, by name. An option that is off is left out: a model
-        saved before the option existed is the same file as one saved with it off."""
-        settings = {key: value for key, value in sorted(asdict(self).items())}
-        if not self.qk_norm:
-            del settings["qk_norm"]
-        return settings
+from headstudy.weights.settings import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):
