@@ -37,10 +37,10 @@ def restore(project: Path) -> None:
 def test_a_docstring_a_comment_and_a_reformat_of_the_model_code_leave_every_training_up_to_date(reproduced):
     path = reproduced / MODEL_CODE
     original = path.read_text()
-    assert '"""A GPT-style decoder' in original and "init_std: float = 0.02" in original
+    assert '"""A GPT-style decoder' in original and "mean=0.0," in original
     edited = "# A comment the code does not see.\n" + original.replace(
         '"""A GPT-style decoder', '"""Reworded: a GPT-style decoder', 1
-    ).replace("init_std: float = 0.02", "init_std: float = (0.02)  # why: GPT-2's init").replace("\n\n\n", "\n\n\n\n")
+    ).replace("mean=0.0,", "mean=(0.0),  # why: GPT-2's init\n").replace("\n\n\n", "\n\n\n\n")
     path.write_text(edited)
     try:
         assert not {stage for stage in stale_stages(reproduced) if stage.startswith("train")}
@@ -51,7 +51,7 @@ def test_a_docstring_a_comment_and_a_reformat_of_the_model_code_leave_every_trai
 
 def test_a_changed_constant_in_the_model_code_makes_every_training_stale(reproduced):
     path = reproduced / MODEL_CODE
-    path.write_text(path.read_text().replace("init_std: float = 0.02", "init_std: float = 0.03"))
+    path.write_text(path.read_text().replace("mean=0.0,", "mean=0.01,"))
     try:
         stale = stale_stages(reproduced)
         assert "train@1-0" in stale, stale
