@@ -124,17 +124,20 @@ def main(argv: list[str]) -> int:
         lock_path = ROOT / dvc_file.with_suffix(".lock")
         before_text = lock_path.read_text()
         before = yaml.safe_load(before_text)
+        # The whole pipeline in one commit, so that DVC collects its stages once: 996 stages took
+        # 30 minutes one commit each, under one minute this way (with every pipeline's status). A
+        # stage that `dvc status` found up to date is written back as it was: the check below
+        # holds for every stage of the pipeline.
         with Repo(str(ROOT)) as repo:
-            for stage in stages:
-                repo.commit(f"{dvc_file}:{stage}", force=True, allow_missing=True)
+            repo.commit(str(dvc_file), force=True, allow_missing=True)
         after = yaml.safe_load(lock_path.read_text())
         moved = [
             f"{stage}: {path}"
-            for stage in stages
+            for stage in before["stages"]
             for path, md5 in outs_of(after, stage).items()
             if outs_of(before, stage).get(path) != md5
         ]
-        if moved:
+        if moved or set(after["stages"]) != set(before["stages"]):
             lock_path.write_text(before_text)
             print(f"commit_refactor: error: outputs differ from {lock_path}: {moved}; restored", file=sys.stderr)
             return 1
