@@ -8,6 +8,7 @@ names in DVC_ROOT; the job runs in a temporary copy), says how many workers it h
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -31,9 +32,11 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+@functools.cache
 def queue_workers(repository: Path) -> int | None:
     """The DVC experiment queue's workers in `repository`, as `dvc queue status` counts them, or
-    None where it could not say."""
+    None where it could not say. Asked once per process: a stage that splits its threads among
+    workers (inspect) asks again, and must get the same answer without another DVC command."""
     try:
         status = subprocess.run(
             [sys.executable, "-m", "dvc", "queue", "status"],
