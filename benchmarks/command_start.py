@@ -1,7 +1,9 @@
-"""What Python's cyclic collector costs a command: a tiny training run by hand as `headstudy train`
-runs it (the collector off while the libraries import, then on without their objects: cli.main,
-gc.freeze), and the same command with the collector left as Python leaves it. CPU of the whole
-process (user + system), the two in turn after a warm-up of each, medians and the ratio.
+"""What Python's collector and Python's exit cost a command: a tiny training run by hand as
+`headstudy train` runs it (the collector off while the libraries import, then on without their
+objects: cli.main, gc.freeze; at exit, no teardown of the modules' objects and no table of
+torch's compile times: cli.end_without_teardown, cli.drop_unlogged_compile_times), and the same
+command with the collector left as Python leaves it, and with the exit Python makes. CPU of the
+whole process (user + system), the three in turn after a warm-up of each, medians and the ratios.
 
     python benchmarks/command_start.py [--repeats 5] [--steps 200]
 
@@ -29,6 +31,13 @@ COLLECTOR_AS_PYTHON_LEAVES_IT = (
     "import gc, sys; gc.disable = lambda: None; from headstudy.cli import main; "
     "sys.argv = ['headstudy', *sys.argv[1:]]; main()"
 )
+# `headstudy train ARGS` with both of cli.main's exit steps made no-ops: Python tears every module
+# down and torch._dynamo formats its table of compile times.
+EXIT_AS_PYTHON_MAKES_IT = (
+    "import sys; from headstudy import cli; "
+    "cli.end_without_teardown = cli.drop_unlogged_compile_times = lambda: None; "
+    "sys.argv = ['headstudy', *sys.argv[1:]]; cli.main()"
+)
 
 
 def cpu_seconds(command: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -49,6 +58,7 @@ def main() -> None:
     sides = {
         "headstudy train": ["headstudy", "train"],
         "collector as Python leaves it": [sys.executable, "-c", COLLECTOR_AS_PYTHON_LEAVES_IT, "train"],
+        "exit as Python makes it": [sys.executable, "-c", EXIT_AS_PYTHON_MAKES_IT, "train"],
     }
     with tempfile.TemporaryDirectory(prefix="headstudy-command-start-") as scratch:
         folder = Path(scratch)
@@ -67,8 +77,10 @@ def main() -> None:
         print(f"a tiny training of {args.steps} steps, CPU seconds of the whole process, {args.repeats} runs each:")
         for side, found in seconds.items():
             print(f"  {side}: median {statistics.median(found):.2f} (min {min(found):.2f}, max {max(found):.2f})")
-        ratios = [a / b for a, b in zip(*seconds.values(), strict=True)]
-        print(f"  ratio, run by run: median {statistics.median(ratios):.3f}")
+        own, *others = seconds
+        for side in others:
+            ratios = [a / b for a, b in zip(seconds[side], seconds[own], strict=True)]
+            print(f"  {side} / {own}, run by run: median {statistics.median(ratios):.3f}")
 
 
 if __name__ == "__main__":

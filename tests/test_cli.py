@@ -171,3 +171,47 @@ def test_a_command_called_in_process_leaves_the_callers_collector_alone(capsys):
     # Nothing frozen: a freeze would move every object of the process there (objects freed since
     # only leave it).
     assert gc.isenabled() and gc.get_freeze_count() <= frozen
+
+
+# `headstudy ARGS` whose command, as it runs, registers an exit handler (as MLflow and logging
+# register theirs) and leaves an object that says when Python's teardown frees it.
+WITH_A_HANDLER_AND_A_FINALISER = """
+import atexit, sys
+from headstudy import cli
+
+class SaysWhenFreed:
+    def __del__(self):
+        print("torn down", flush=True)
+
+def dispatch(args, command=cli.dispatch):
+    atexit.register(print, "handler ran", flush=True)
+    cli.freed_at_teardown = SaysWhenFreed()
+    command(args)
+
+if sys.argv[1] == "teardown":
+    cli.end_without_teardown = lambda: None
+cli.dispatch = dispatch
+sys.argv = ["headstudy", *sys.argv[2:]]
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "status"), [(["config", "model=tiny"], 0), (["config", "model.d_model=64"], 2)], ids=["done", "refused"]
+)
+def test_a_command_in_its_own_process_runs_every_exit_handler_and_ends_with_its_status_without_teardown(args, status):
+    """What the interpreter's teardown would free, the process's end frees (cli.end_without_teardown):
+    the command's output and status, and the exit handlers its libraries registered, are as they
+    were. The same command with the teardown shows that the finaliser would have run."""
+
+    def command(exit: str) -> subprocess.CompletedProcess:
+        script = [sys.executable, "-c", WITH_A_HANDLER_AND_A_FINALISER, exit, *args]
+        return subprocess.run(script, cwd=ROOT, capture_output=True, text=True)
+
+    fast, torn_down = command("fast"), command("teardown")
+    assert fast.returncode == torn_down.returncode == status, fast.stderr
+    assert fast.stderr == torn_down.stderr
+    assert torn_down.stdout == fast.stdout + "torn down\n"
+    assert fast.stdout.endswith("handler ran\n")
+    if status == 0:
+        assert yaml.safe_load(fast.stdout.removesuffix("handler ran\n"))["model"]["width"] == 32
