@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from headstudy import cli
 from headstudy.cli import COMMANDS, main
 
 
@@ -215,3 +216,24 @@ def test_a_command_in_its_own_process_runs_every_exit_handler_and_ends_with_its_
     assert fast.stdout.endswith("handler ran\n")
     if status == 0:
         assert yaml.safe_load(fast.stdout.removesuffix("handler ran\n"))["model"]["width"] == 32
+
+
+@pytest.mark.parametrize(("level", "dropped"), [("WARNING", True), ("INFO", False)])
+def test_torchs_table_of_compile_times_is_dropped_at_exit_only_where_its_logger_would_not_show_it(
+    monkeypatch, level, dropped
+):
+    """TORCH_LOGS=dynamo sets that logger to INFO: the table is then what the user asked for."""
+    import logging
+
+    import torch._dynamo.utils
+
+    unregistered = []
+    monkeypatch.setattr("atexit.unregister", unregistered.append)
+    logger = logging.getLogger(torch._dynamo.utils.__name__)
+    previous = logger.level
+    logger.setLevel(level)
+    try:
+        cli.drop_unlogged_compile_times()
+    finally:
+        logger.setLevel(previous)
+    assert unregistered == ([torch._dynamo.utils.dump_compile_times] if dropped else [])
