@@ -80,3 +80,39 @@ def test_moving_a_function_of_the_training_loop_to_a_new_module_leaves_every_tra
     finally:
         (reproduced / "src/headstudy/weights/schedule.py").unlink()
         run(reproduced, "git", "checkout", "-q", "--", "src", "fingerprints")
+
+
+def test_renaming_a_local_variable_of_the_training_loop_leaves_every_training_up_to_date(reproduced):
+    """`matrices` in weight_decay_groups renamed `linear_weights` throughout the function: the same
+    arithmetic under another name."""
+    training = reproduced / "src/headstudy/weights/training.py"
+    text = training.read_text()
+    assert text.count("matrices = [") == 1
+    training.write_text(
+        text.replace("matrices = [", "linear_weights = [")
+        .replace("in matrices}", "in linear_weights}")
+        .replace('{"params": matrices,', '{"params": linear_weights,')
+    )
+    try:
+        assert "matrices" not in training.read_text().split("def weight_decay_groups")[1].split("\ndef ")[0]
+        assert not stale_stages(reproduced)
+        assert run(reproduced, "git", "status", "--porcelain", "fingerprints").stdout == ""
+    finally:
+        run(reproduced, "git", "checkout", "-q", "--", "src", "fingerprints")
+
+
+def test_a_key_added_for_the_report_reruns_only_the_report(reproduced):
+    """`model.width` added to what the report stage reads: configure (which writes the stages'
+    files) and then the report rerun, and no training, evaluation or inspection."""
+    compose = reproduced / "src/headstudy/settings/compose.py"
+    text = compose.read_text()
+    assert text.count('"report": ("tracking.experiment",') == 1
+    compose.write_text(
+        text.replace('"report": ("tracking.experiment",', '"report": ("tracking.experiment", "model.width",')
+    )
+    try:
+        assert stale_stages(reproduced) == {"configure"}
+        run(reproduced, "dvc", "repro", "-s", "configure")
+        assert set(json.loads(run(reproduced, "dvc", "status", "--json").stdout)) == {"report"}
+    finally:
+        run(reproduced, "git", "checkout", "-q", "--", "src", "fingerprints", "dvc.lock", "configs")

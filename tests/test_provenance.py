@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -101,3 +102,38 @@ def test_a_study_in_a_temporary_copy_names_the_users_repository_as_its_folder(tm
     monkeypatch.chdir(copy / "studies/a")
     monkeypatch.setenv("DVC_ROOT", str(repository))
     assert provenance.study_identity()["study.folder"] == str(repository.resolve() / "studies/a")
+
+
+@pytest.mark.slow
+def test_a_training_in_a_pipeline_puts_its_machine_on_record_beside_the_lock(reproduced_study):
+    from headstudy.bookkeeping.machines import this_machine
+
+    project, _ = reproduced_study
+    record = json.loads((project / "trained-on.json").read_text())
+    here = this_machine(threads=1)
+    assert sorted(record["models"]) == ["h1-mix-s0", "h1-s0"]
+    for name, entry in record["models"].items():
+        run_record = json.loads((project / "models" / name / "run.json").read_text())
+        assert entry["weights_sha256"] == run_record["weights_sha256"]
+        [machine] = entry["machines"]
+        for key in ("cpu", "vendor", "family", "model", "capability", "torch", "kernel_selectors", "accelerator"):
+            assert machine[key] == here[key], key
+        assert machine["source"] == "training" and machine["threads"] == 1
+
+
+def test_a_report_names_the_machine_kinds_behind_its_models_and_where_the_record_came_from():
+    from headstudy.formats.machines import trained_on_line
+
+    amd = {"cpu": "AMD EPYC", "family": 25, "model": 17, "source": "training"}
+    xeon = {"cpu": "Intel Xeon", "family": 6, "model": 106, "source": "dated record: commit abc1234 (2026-12-01)"}
+    record = {
+        "models": {
+            "h1-s1": {"weights_sha256": "a", "machines": [amd]},
+            "h4-s1": {"weights_sha256": "b", "machines": [amd, xeon]},
+            "h4-s2": {"weights_sha256": None, "machines": [xeon]},
+        }
+    }
+    assert trained_on_line(record, ["h1-s1", "h4-s1", "h4-s2", "h1-s2"]) == (
+        "Trained on: AMD EPYC (family 25, model 17), 2 models; Intel Xeon (family 6, model 106), 2 models; "
+        "not on record, 1 model (from dated record: commit abc1234 (2026-12-01))."
+    )

@@ -167,6 +167,9 @@ def dispatch(args: list[str]) -> None:
             print(OmegaConf.to_yaml(compose_config(rest)), end="")
         elif command in STAGES:
             config = load_config(command, rest)
+            from headstudy.execution import kernels
+
+            kernels.select(kernels.chosen(config))  # before the command's module imports torch
             from headstudy.execution.guards import check_stage_outputs
 
             check_stage_outputs(command, config)
@@ -175,6 +178,10 @@ def dispatch(args: list[str]) -> None:
 
                 config.paths.checkpoints = str(outliving_checkpoints(config))
             command_module(command).main(config)
+            if command == "train":
+                from headstudy.bookkeeping import machines
+
+                machines.record_trained_model(config)
             from headstudy.bookkeeping import stage_times
 
             stage_times.record(command, time.monotonic() - STARTED)

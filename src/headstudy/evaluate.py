@@ -18,13 +18,14 @@ from headstudy.analysis.measures.perplexity import perplexity, stream_nll
 from headstudy.bookkeeping import store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_json
-from headstudy.execution import guards, jobs
+from headstudy.execution import guards, jobs, kernels
 from headstudy.formats.prepared import check_length, load_stats, load_tokens, tokens_path
 from headstudy.formats.trained import load_trained, model_dir
 
 
 def evaluate(config: DictConfig, run_id: str | None = None) -> dict:
     """run_id: the MLflow run to log test/ppl to; by default the run that trained these weights."""
+    kernels.check_in_force(kernels.chosen(config))
     guards.refuse_pipeline_outputs(config, "metrics")
     torch.set_num_threads(jobs.torch_threads(config.threads))
     model, run = load_trained(config)

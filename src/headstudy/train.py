@@ -20,7 +20,7 @@ from headstudy.bookkeeping import provenance, store, tracking
 from headstudy.bookkeeping.progress import quiet_routine_warnings
 from headstudy.bookkeeping.training_bar import Throughput, watchers
 from headstudy.common.files import write_atomically, write_failed
-from headstudy.execution import guards
+from headstudy.execution import guards, kernels
 from headstudy.formats.prepared import TOKENIZER_FILE, check_training_data, load_tokens, sha256_file
 from headstudy.formats.runconfig import config_digest
 from headstudy.formats.trained import data_record, model_dir, settings_text, training_record
@@ -45,6 +45,7 @@ def train(config: DictConfig, extra_tags: dict | None = None) -> dict | None:
     """Train one model; on process 0 return what it recorded. Under DDP the other processes
     run this same function, train their slice of every batch and return None: only process 0
     talks to MLflow and writes the model, the curve and the resume state's run id."""
+    kernels.check_in_force(kernels.chosen(config))
     guards.refuse_pipeline_outputs(config, "models", "metrics")
     resume_folder = resume_dir(config)
     # Before any work: a folder that cannot be written would otherwise fail after the training.

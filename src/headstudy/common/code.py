@@ -9,8 +9,14 @@ syntax tree with docstrings removed and written back out by `ast.unparse`, in wh
 is blanked and every name that means another definition of the package is replaced by that
 definition's digest. So a comment, a reformat, moving a definition to another module, or renaming
 a module, function or class changes nothing, while a changed statement, constant or call changes
-the digest of its definition and of every definition that reaches it. Method and parameter names
-stay in the digest: Lightning and PyTorch call methods by name.
+the digest of its definition and of every definition that reaches it. A function's local names
+(what it assigns, its loop and comprehension targets, its nested definitions) are numbered in the
+order they first appear, so renaming one consistently changes nothing either. Method, parameter
+and attribute names stay in the digest: Lightning and PyTorch call methods by name, and a caller
+passes a parameter by its name.
+
+A module-level statement that fills in a table defined above it (`STAGE_KEYS["evaluate"] = ...`)
+belongs to that table's definition, reached with it, not to every use of the module.
 
 bookkeeping/ is not followed, since no output depends on it: a call into it counts as a call,
 whatever it calls. Names bound in a function (its parameters, locals) are never resolved."""
@@ -104,6 +110,7 @@ class Module:
     definitions: dict[str, ast.AST] = field(default_factory=dict)  # def, class, or assigned value
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # name -> (module, attribute)
     effects: list[ast.stmt] = field(default_factory=list)
+    extensions: dict[str, list[ast.stmt]] = field(default_factory=dict)  # table name -> statements filling it
 
 
 @functools.lru_cache(maxsize=1024)
@@ -116,6 +123,10 @@ def read_module(name: str, text: str, package: tuple[str, ...]) -> Module:
             module.definitions[node.name] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            filled = {filled_table(target) for target in targets}
+            if len(filled) == 1 and None not in filled and filled <= module.definitions.keys():
+                module.extensions.setdefault(filled.pop(), []).append(node)
+                continue
             names = [target.id for target in targets if isinstance(target, ast.Name)]
             if len(names) != len(targets):
                 module.effects.append(node)
@@ -126,6 +137,36 @@ def read_module(name: str, text: str, package: tuple[str, ...]) -> Module:
         else:
             module.effects.append(node)
     return module
+
+
+def filled_table(target: ast.AST) -> str | None:
+    """`TABLE` for a target `TABLE[key]` (or `TABLE[a][b]`): a statement that fills in a table."""
+    if not isinstance(target, ast.Subscript):
+        return None
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def numbered_locals(function: ast.AST) -> ast.AST:
+    """The function with each local name (bound in its body, not a parameter of it or of a function
+    inside it, not declared global or nonlocal) replaced by its number of first appearance: a
+    consistent rename of a local leaves the same tree."""
+    parameters = {node.arg for node in ast.walk(function) if isinstance(node, ast.arg)}
+    declared = {
+        name for node in ast.walk(function) if isinstance(node, (ast.Global, ast.Nonlocal)) for name in node.names
+    }
+    local = bound_names(function) - parameters - declared
+    numbers: dict[str, str] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id in local:
+            node.id = numbers.setdefault(node.id, f"§local{len(numbers)}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
+            if node.name in local:
+                node.name = numbers.setdefault(node.name, f"§local{len(numbers)}")
+        elif isinstance(node, ast.ExceptHandler) and node.name in local:
+            node.name = numbers.setdefault(node.name, f"§local{len(numbers)}")
+    return function
 
 
 def bound_names(function: ast.AST) -> set[str]:
@@ -243,11 +284,13 @@ class CodeIndex:
                 self.reached[key] = hashlib.sha256(self.rewritten(module_name, statement).encode()).hexdigest()
 
     def definition_text(self, module_name: str, name: str) -> str:
-        node = self.module(module_name).definitions[name]
+        module = self.module(module_name)
+        node = module.definitions[name]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             node = copy.copy(node)  # rewritten() copies the rest: the name is the only change here
             node.name = "_"
-        return self.rewritten(module_name, node)
+        filling = [self.rewritten(module_name, statement) for statement in module.extensions.get(name, [])]
+        return "\n".join([self.rewritten(module_name, node), *filling])
 
     def module_text(self, module_name: str) -> str:
         """A module used as a value: everything in it."""
@@ -255,7 +298,17 @@ class CodeIndex:
         return "\n".join(sorted(self.digest(("definition", module_name, name)) for name in module.definitions))
 
     def rewritten(self, module_name: str, node: ast.AST) -> str:
-        return ast.unparse(Resolver(self, module_name).visit(copied(node)))
+        tree = Resolver(self, module_name).visit(copied(node))
+        for function in outermost_functions(tree):
+            numbered_locals(function)
+        return ast.unparse(tree)
+
+
+def outermost_functions(tree: ast.AST) -> list[ast.AST]:
+    """The functions and lambdas of a tree that no other function of it holds (a class's methods)."""
+    if isinstance(tree, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return [tree]
+    return [function for child in ast.iter_child_nodes(tree) for function in outermost_functions(child)]
 
 
 def copied(node):

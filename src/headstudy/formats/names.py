@@ -12,6 +12,9 @@ import re
 from headstudy.common.errors import ConfigError
 
 VARIANT = re.compile(r"(\d+)(?:-([a-z][a-z0-9_]*))?")
+# Files of conf/variants/ that change how the arithmetic rounds, not what it computes
+# (conf/variants/avx2.yaml): `4-avx2` is variant 4's model, rounded another way.
+ROUNDINGS = ("avx2",)
 
 
 def parse_variant(variant) -> tuple[int, str | None]:
@@ -23,6 +26,12 @@ def parse_variant(variant) -> tuple[int, str | None]:
             "conf/variants/NAME.yaml (e.g. 4 or 1-mix)"
         )
     return int(match[1]), match[2]
+
+
+def computed_variant(variant) -> str:
+    """The variant whose model `variant` computes: itself, or `4` for the rounding `4-avx2`."""
+    heads, extra = parse_variant(variant)
+    return str(heads) if extra in ROUNDINGS else str(variant)
 
 
 def model_name(variant, seed: int, lr: float | None = None, clues: int | None = None) -> str:

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from headstudy.common.errors import ConfigError, first_line
-from headstudy.formats.names import model_name, parse_variant
+from headstudy.formats.names import computed_variant, model_name, parse_variant
 from headstudy.formats.runconfig import TRAINING_KEYS
 from headstudy.settings import schema
 from headstudy.weights.settings import ModelConfig
@@ -174,7 +174,8 @@ def selected_rates(study: dict) -> Callable[[str], float | None]:
     wrong = [variant for variant, rate in rates.items() if not isinstance(rate, float) or not rate > 0]
     if wrong:
         raise ConfigError(f"{path}: {choice}.{wrong[0]} must be a learning rate > 0, got {rates[wrong[0]]!r}")
-    return rates.get
+    # A rounding of a variant (`4-avx2`) trains at the rate selected for the variant it computes.
+    return lambda variant: rates.get(variant, rates.get(computed_variant(variant)))
 
 
 def variant_settings(params: dict, overrides: list[str]) -> list[str]:
@@ -458,6 +459,9 @@ def task_problems(config: DictConfig) -> list[str]:
     return []
 
 
+# Keys of the composed config that a stage's file holds only where they are set: every file written
+# before them stays as it was (`kernels`: the CPU kernels, default where absent).
+SET_ONLY_KEYS = ("kernels",)
 # What each stage reads of the composed config. The configure stage writes exactly this to the
 # stage's file in configs/, so editing anything else never reruns the stage.
 STAGE_KEYS = {
@@ -467,6 +471,7 @@ STAGE_KEYS = {
         "name",
         *TRAINING_KEYS,
         "threads",
+        "kernels",
         "paths.prepared",
         "paths.models",
         "paths.metrics",
@@ -485,5 +490,7 @@ def stage_config(command: str, config: DictConfig) -> DictConfig:
     """The part of a composed config that `command` reads."""
     selected = OmegaConf.create()
     for key in STAGE_KEYS[command]:
-        OmegaConf.update(selected, key, OmegaConf.select(config, key), force_add=True)
+        value = OmegaConf.select(config, key)
+        if value is not None or key not in SET_ONLY_KEYS:
+            OmegaConf.update(selected, key, value, force_add=True)
     return selected

@@ -108,6 +108,9 @@ class Config(Settings):
     variant: Variant | None = setting("a variant (H or H-NAME)", default=None)
     seed: int = whole(0)
     threads: int = whole(1)
+    kernels: Literal["default", "avx2"] | None = setting(
+        "default (the CPU's own kernels) or avx2 (PyTorch's CPU kernels pinned to AVX2)", default=None
+    )
     name: str | None = setting("a model name", default=None)
     data: dict = setting("the data section")  # checked by its corpus's schema
     model: ModelConfig = setting("the model section")
