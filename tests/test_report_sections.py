@@ -505,3 +505,18 @@ def test_both_renderings_box_the_headline_list_the_sections_and_number_every_cap
     assert '<h2 id="figures-1">Figures<a class="anchor" href="#figures-1"' in page
     assert '<a href="#heads-or-projection-the-2-x-2">' in page
     assert "<figcaption>Figure 1. Curves.</figcaption>" in page and "<figcaption>Figure 2. Again.</figcaption>" in page
+
+
+def test_a_seed_flips_when_one_rounding_collapses_or_the_two_differ_by_more_than_the_tolerance():
+    from headstudy.analysis.sections.roundings import outcome_flips
+
+    ppl = {
+        "1": {1: 18.0, 2: 40.4, 3: 18.1, 4: 18.2},
+        "1-avx2": {1: 18.01, 2: 19.7, 3: 18.5, 4: 41.0},
+    }
+    flips = outcome_flips("1", "1-avx2", ppl, collapse_above=30, within=0.01)
+    assert flips.flipped == [False, True, True, True]  # same; collapse undone; 2.2% apart; a new collapse
+    low, high = flips.interval
+    assert flips.count == 3 and 0.194 < low < 0.195 and 0.993 < high < 0.994  # Clopper-Pearson for 3 of 4
+    both_collapsed = outcome_flips("1", "1-avx2", {"1": {1: 40.0}, "1-avx2": {1: 45.0}}, 30, 0.01)
+    assert both_collapsed.flipped == [False]

@@ -20,6 +20,7 @@ from headstudy.analysis.statistics import nan_to_null
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import read_json, write_atomically, write_json
 from headstudy.execution import guards
+from headstudy.formats.machines import read_record, trained_on_line
 
 
 def cliff(config: DictConfig) -> dict:
@@ -51,7 +52,8 @@ def cliff(config: DictConfig) -> dict:
             f"{', '.join(map(str, study['seeds']))} x arms {', '.join(study['arms'])}, each trained for "
             f"{runs[0]['steps']:,} steps as the train stage trains it; the attention probed every "
             f"{runs[0]['probe_every']} steps on the first {runs[0]['probe_windows']} validation windows. "
-            f"The learning-rate study's numbers come from {settings['reference']}.",
+            f"The learning-rate study's numbers come from {settings['reference']}. "
+            + trained_on_line(read_record(Path(config.paths.metrics).parent), [run["name"] for run in runs]),
         ),
         ("heading", "Each run"),
         (

@@ -37,6 +37,7 @@ from headstudy.analysis.sections.comparisons import (
 )
 from headstudy.analysis.sections.heads import heads_blocks
 from headstudy.analysis.sections.learning_rates import learning_rate_section, shared_rate_section
+from headstudy.analysis.sections.roundings import roundings_section
 from headstudy.analysis.sections.sweep import sweep_section
 from headstudy.analysis.sections.training_length import other_budget_inputs, training_length_section
 from headstudy.analysis.statistics import nan_to_null, perplexity_ci95, verdict
@@ -44,6 +45,7 @@ from headstudy.bookkeeping import progress, store, tracking
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import write_atomically, write_json
 from headstudy.execution import guards
+from headstudy.formats.machines import read_record, trained_on_line
 from headstudy.formats.prepared import load_stats
 
 
@@ -71,9 +73,21 @@ def study_curves(metrics: Path, models: list[dict]) -> pd.DataFrame:
     )
 
 
-def provenance(study: dict, models: list[dict], curves: pd.DataFrame, experiment: str) -> tuple[str, dict]:
-    """What was run, stated from the config and the curves, never from the clock or the commit;
-    `experiment`, the MLflow experiment of the study's runs, is the config's tracking.experiment."""
+def machines_line(metrics: Path, models: list[dict]) -> str:
+    """The machine kinds that trained the models, from the trained-on.json of each study folder
+    that holds some of them (this study's, a partner's)."""
+    record = {"models": {}}
+    for folder in sorted({Path(m.get("metrics", metrics)).parent for m in models}):
+        record["models"] |= read_record(folder)["models"]
+    return trained_on_line(record, [m["name"] for m in models])
+
+
+def provenance(
+    study: dict, models: list[dict], curves: pd.DataFrame, experiment: str, metrics: Path
+) -> tuple[str, dict]:
+    """What was run, stated from the config, the curves and the record of the machines that trained
+    the models, never from the clock or the commit; `experiment`, the MLflow experiment of the
+    study's runs, is the config's tracking.experiment."""
     last = curves.groupby(["variant", "seed", "lr"], dropna=False)[["step", "tokens"]].max()
     steps, tokens = sorted(set(last["step"].astype(int))), sorted(set(last["tokens"].astype(int)))
     variants, seeds, lrs = [str(v) for v in study["variants"]], list(study["seeds"]), list(study.get("lrs") or [])
@@ -98,6 +112,7 @@ def provenance(study: dict, models: list[dict], curves: pd.DataFrame, experiment
             f"{' and '.join(map(str, partners['variants']))} were trained by the study in {partners['folder']}, "
             "in its own experiment, configured as this study would configure them (its configure stage checks it)."
         )
+    text += " " + machines_line(metrics, models)
     return text, {
         "variants": variants,
         "seeds": seeds,
@@ -214,7 +229,9 @@ def study_report(
     found = comparisons(rows, settings.get("compare", []), tokens_per_word)
     unanswered = no_answer(rows, settings) if found else None
     curves = inputs["curves"]
-    header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
+    header, summary_provenance = provenance(
+        study, models, curves, config.tracking.experiment, Path(config.paths.metrics)
+    )
     blocks = [
         ("title", settings["title"]),
         *([("headline", [unanswered] if unanswered else [headline_line(c) for c in found])] if found else []),
@@ -231,6 +248,16 @@ def study_report(
     ]
     pooled, pooled_summary = pooled_blocks(rows, found, settings, tokens_per_word, figure_dir)
     blocks += pooled
+    rounding_summary = {}
+    if settings.get("roundings"):
+        by_variant = inputs["metrics"].groupby("variant")
+        ppl = {
+            variant: dict(zip(group["seed"].astype(int), group["test_ppl"], strict=False))
+            for variant, group in by_variant
+        }
+        rounding_blocks, flips = roundings_section(settings["roundings"], ppl, lambda v: label(v, labels))
+        blocks += rounding_blocks
+        rounding_summary = {"roundings": flips}
     summary = {
         "provenance": summary_provenance,
         "tokens_per_word": tokens_per_word,
@@ -240,6 +267,7 @@ def study_report(
         "no_answer": unanswered,
         "compare": exp_show_columns(found),
         **pooled_summary,
+        **rounding_summary,
     }
     laggards = [r["label"] for r in rows if r["test_ppl_mean"] >= bigram]
     blocks.append(
@@ -323,7 +351,9 @@ def learning_rate_report(
     variants = [str(v) for v in study["variants"]]
     labels = {str(k): v for k, v in settings.get("labels", {}).items()}
     curves = inputs["curves"]
-    header, summary_provenance = provenance(study, models, curves, config.tracking.experiment)
+    header, summary_provenance = provenance(
+        study, models, curves, config.tracking.experiment, Path(config.paths.metrics)
+    )
     blocks, summary = learning_rate_section(
         curves,
         variants,

@@ -14,10 +14,11 @@ from omegaconf import OmegaConf
 
 from headstudy.bookkeeping import provenance, store
 from headstudy.common.errors import ConfigError, first_line
+from headstudy.execution import kernels
 from headstudy.formats.prepared import TOKENIZER_FILE, prepared_digest, sha256_file
 from headstudy.settings.compose import validate
 
-ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_capability")
+ENVIRONMENT_CAUSES = ("env.torch", "env.threads", "env.cpu_kind", "env.cpu_capability", "env.kernels")
 # Where every run logged before conf/trainer named it trained: one CPU process, float32.
 BEFORE_TRAINER_DEVICES = {
     "trainer": {
@@ -112,7 +113,10 @@ def reproduce(run_id: str, topology: list[str] = ()) -> bool:
                     f"reproduce: {key} is not a setting of where a run runs; expected one of {', '.join(TOPOLOGY_KEYS)}"
                 )
             OmegaConf.update(config, key, yaml.safe_load(value) if value else value)
+        if run.data.tags.get("env.kernels", "default") != "default":
+            config.kernels = run.data.tags["env.kernels"]
         validate(config)
+        kernels.select(kernels.chosen(config))  # torch is imported: this command starts again with them set
         import torch
 
         torch.set_num_threads(config.threads)  # as train sets it: the comparison below must see the same
@@ -136,6 +140,8 @@ def reproduce(run_id: str, topology: list[str] = ()) -> bool:
         f"logged {recorded_hash}, now {record['weights_sha256']}"
     )
     print(f"test/ppl: {'identical' if same_ppl else 'different'}: logged {recorded_ppl!r}, now {metrics['test_ppl']!r}")
+    if recorded_ppl and not same_ppl:
+        print(f"test/ppl: relative difference {metrics['test_ppl'] / recorded_ppl - 1:+.2e}")
     if not (same_weights and same_ppl):
         causes = [key for key in ENVIRONMENT_CAUSES if key in differences]
         if causes:

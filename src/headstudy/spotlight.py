@@ -33,6 +33,7 @@ from headstudy.analysis.statistics import nan_to_null
 from headstudy.common.errors import ConfigError
 from headstudy.common.files import read_json, write_atomically, write_json
 from headstudy.execution import guards
+from headstudy.formats.machines import read_record, trained_on_line
 
 
 def read_models(models: list[dict], metrics_dir: Path) -> list[dict]:
@@ -138,6 +139,8 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
         extras=extras,
         answers=answers,
     )
+    # The machines after the title: the study's own models, from its folder's record.
+    blocks.insert(1, ("text", trained_on_line(read_record(metrics_dir.parent), [m["name"] for m in models])))
     write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_metric_files(reports_dir / "metrics", headline(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))

@@ -109,9 +109,19 @@ def environment() -> dict[str, str]:
         "env.torch": torch.__version__,
         "env.lightning": metadata.version("lightning"),
         "env.cpu": cpu_model(),
+        "env.cpu_kind": f"{cpu_info().get('vendor_id', '?')} family {cpu_info().get('cpu family', '?')} "
+        f"model {cpu_info().get('model', '?')}",
         "env.cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "env.kernels": kernels_in_force(),
         "env.threads": str(torch.get_num_threads()),
     }
+
+
+def kernels_in_force() -> str:
+    """The kernel choice of execution/kernels.py that this process's environment puts in force."""
+    from headstudy.execution.kernels import PINNED, missing_settings
+
+    return next((choice for choice in PINNED if PINNED[choice] and not missing_settings(choice)), "default")
 
 
 def installed_packages() -> str:

@@ -32,6 +32,7 @@ COMMANDS = {
     "reproduce": (),
     "experiments": (),
     "lanes": (),
+    "verify": (),
 }
 ARGUMENTS = {
     "reproduce": "RUN_ID [trainer.devices=N trainer.num_nodes=N]",
@@ -39,6 +40,7 @@ ARGUMENTS = {
     "fingerprint": "",
     "experiments": "[dvc exp show options]",
     "lanes": "[-j N] [TARGET ...]",
+    "verify": "[STUDY] [-n N | MODEL ...]",
 }
 CONFIG_HELP = """`headstudy config [key=value ...]`: print the resolved config that these overrides give,
 as every command composes it, without doing any work."""

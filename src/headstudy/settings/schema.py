@@ -101,6 +101,10 @@ class Tracking(Settings):
     experiment: str = setting("an MLflow experiment name")
 
 
+class Verify(Settings):
+    collapse_above: float = setting("a positive number (a test perplexity)", gt=0)
+
+
 class Config(Settings):
     """A composed config, or the part of it a stage's file or a recorded run holds: the
     sections a training needs are required, the others checked where present."""
@@ -121,6 +125,7 @@ class Config(Settings):
     diagnose: Diagnose | None = setting("the diagnose section", default=None)
     paths: Paths | None = setting("the paths section", default=None)
     tracking: Tracking | None = setting("the tracking section", default=None)
+    verify: Verify | None = setting("the verify section", default=None)
 
 
 class ChapterClaim(Settings):
@@ -147,6 +152,14 @@ class Budget(Settings):
     evidence: str = setting("a folder of the budget study's validation curves", min_length=1)
     beat_bigram_by: float = setting("a number in [0, 1) (how far below the bigram every variant ends)", ge=0, lt=1)
     max_gap_drift: float = setting("a positive number (the gap's largest move over the last quarter)", gt=0)
+
+
+class Roundings(Settings):
+    pairs: list[Annotated[list[Variant], Field(min_length=2, max_length=2)]] = setting(
+        "a list of pairs [H, H-avx2] of variants: one model under two roundings", min_length=1
+    )
+    collapse_above: float = setting("a positive number (a test perplexity)", gt=0)
+    within: float = setting("a fraction in (0, 1) (a relative difference in test perplexity)", gt=0, lt=1)
 
 
 class Report(Settings):
@@ -179,6 +192,7 @@ class Report(Settings):
         le=1,
         default=None,
     )
+    roundings: Roundings | None = setting("{pairs: [[H, H-avx2], ...], collapse_above: PPL, within: F}", default=None)
     share: Any = setting(
         "{gap: [A, B], closed_by: C, collapse_above: PPL, resamples: N, seed: S} or a list", default=None
     )
