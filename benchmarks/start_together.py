@@ -1,5 +1,5 @@
 """Three tiny trainings started together on a new MLflow store, ROUNDS times in a row: how many
-rounds had all three finish. A correctness count, not a timing (issue 26: the dataset row that
+rounds had all three finish. A correctness count, not a timing (the dataset row that
 each training inserted raced, and one training died with a UNIQUE constraint failure).
 
     python benchmarks/start_together.py [--rounds 20] [--trainings 3]

@@ -113,7 +113,7 @@ def small_corpus(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="session")
 def reproduced_study(tmp_path_factory) -> tuple[Path, str]:
     """tinyproject.REPRODUCED after its first `dvc repro`, committed, and that repro's output:
-    built once per session, not once per test file. Under pytest-xdist the first worker to ask
+    built once per test run, not once per test file. Under pytest-xdist the first worker to ask
     builds it in the run's shared folder while the others wait on its lock. Read-only: a test
     works in `tinyproject.copy_project` of it. Python's hash seed is fixed, as DVC's order of
     stages, and so the lock file's, depends on it: test_lanes.py compares its lock byte for byte."""

@@ -47,7 +47,7 @@ def test_command_help_describes_it_and_names_its_config_groups_and_their_options
     groups = {line.split()[0]: line for line in result.stdout.splitlines() if "options:" in line}
     assert set(groups) == {"data", "model", "trainer", "optimizer"}
     assert "course (default), tiny" in groups["model"] and "ptb (default), textdir" in groups["data"]
-    assert "conf/variants/NAME.yaml: mix, nomix" in text
+    assert "conf/variants/NAME.yaml: avx2, mix, nomix" in text
     assert "max_steps=3000" in text and "lr=0.003" in text  # each key with the value a run here gets
 
 

@@ -99,7 +99,7 @@ def stop_after_first_checkpoint(training: subprocess.Popen, checkpoints: Path, s
 
 
 def kill_every_process(training: subprocess.Popen) -> None:
-    os.killpg(training.pid, signal.SIGKILL)  # Lightning's launcher keeps its processes in one session
+    os.killpg(training.pid, signal.SIGKILL)  # Lightning's launcher keeps its processes in one process session
 
 
 def preempt(training: subprocess.Popen) -> None:

@@ -1,4 +1,4 @@
-"""The fair null for "several spotlights" (docs/compute-plan.md, fifth session): unions of heads
+"""The fair null for "several spotlights" (docs/compute-plan.md, 2026-12-03, from 00:52): unions of heads
 from different models of the multi-head variant (any head, or one head per distance rank) and
 the attention two heads share, on hand-made attention whose answers are known; and what the
 report says about them."""

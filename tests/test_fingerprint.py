@@ -25,7 +25,7 @@ def stale_stages(project: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def reproduced(reproduced_study, tmp_path_factory) -> Path:
-    """A copy of the session's reproduced tiny study: every training up to date and committed."""
+    """A copy of the test run's reproduced tiny study: every training up to date and committed."""
     shared, _ = reproduced_study
     return copy_project(shared, tmp_path_factory.mktemp("fingerprint") / "project")
 

@@ -290,7 +290,7 @@ def tree_digests(project: Path) -> dict[str, str]:
 @pytest.fixture
 def plain_repro(reproduced_study) -> Path:
     """tinyproject.REPRODUCED after a plain sequential `dvc repro` with Python's hash seed fixed
-    (conftest's, built once per session; read-only)."""
+    (conftest's, built once per test run; read-only)."""
     return reproduced_study[0]
 
 

@@ -1,5 +1,5 @@
 """The real pipeline, end to end: `dvc repro` on a temporary copy of the project with tiny
-params, a real MLflow store and real training. The module works in a copy of the session's
+params, a real MLflow store and real training. The module works in a copy of the test run's
 reproduced tiny study (conftest's `reproduced_study`, committed); each test starts from that
 state and the `project` fixture puts it back afterwards (git checkout and clean, dvc checkout), so
 the tests pass alone and in any order. The MLflow store alone keeps what every test added: the

@@ -459,7 +459,7 @@ def test_a_report_outside_the_project_refuses_figures_that_are_not_in_it(report_
 
 
 # Settings that configure did not check, so that a later stage crashed after DVC had removed its
-# outputs (issue 41): the chapter's claim, the precision, an emptied section, a key given twice.
+# outputs: the chapter's claim, the precision, an emptied section, a key given twice.
 CLAIM = {"a": 1, "b": 4, "ppl_a": 46.1, "ppl_b": 43.2}
 
 
@@ -577,7 +577,7 @@ def test_a_key_given_twice_in_params_yaml_is_refused_as_dvc_refuses_it(study, ca
 @pytest.mark.parametrize("command", ["diagnose", "evaluate"])
 def test_a_command_that_lightning_stops_by_sigterm_exits_143_as_train_does(study, capsys, monkeypatch, command):
     """Lightning ends a fit stopped by SIGTERM in a SystemExit of status 0: diagnose exited 0 and
-    wrote nothing, where train exits 143 (issue 41, item 4)."""
+    wrote nothing, where train exits 143."""
     import importlib
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException

@@ -230,7 +230,7 @@ def test_budget_evidence_is_shown_only_at_a_budget_where_the_long_runs_were_vali
     assert "has no validation point at this study's 409,600 tokens" in blocks[0][1]
 
 
-def test_the_provenance_header_states_the_study_and_where_its_runs_are():
+def test_the_provenance_header_states_the_study_and_where_its_runs_are(tmp_path):
     curves = pd.DataFrame(
         {
             "variant": ["1", "4"],
@@ -242,8 +242,11 @@ def test_the_provenance_header_states_the_study_and_where_its_runs_are():
     )
     models = [{"name": "h1-s0"}, {"name": "h4-s0"}]
     # The experiment's name comes from the report's config (tracking.experiment), not bookkeeping.
-    text, numbers = report.provenance({"variants": [1, 4], "seeds": [0]}, models, curves, "an-experiment")
+    text, numbers = report.provenance(
+        {"variants": [1, 4], "seeds": [0]}, models, curves, "an-experiment", tmp_path / "metrics"
+    )
     assert "variants 1, 4 x seed 0: 2 models, each trained for 3,000 steps, 12.29 million training tokens" in text
+    assert text.endswith("Trained on: not on record, 2 models.")  # no trained-on.json in the study's folder
     assert 'the MLflow experiment "an-experiment"' in text
     assert numbers == {
         "variants": ["1", "4"],
@@ -268,7 +271,13 @@ def test_a_partner_s_model_is_read_from_the_study_that_trained_it_and_the_header
     curves = report.study_curves(tmp_path / "here" / "metrics", models)
     assert curves.groupby("variant")["val_ppl"].min().to_dict() == {"1": 21.0, "1-mix": 20.0}
     study = {"variants": ["1", "1-mix"], "seeds": [0], "partners": {"folder": "../there", "variants": [1]}}
-    text, _ = report.provenance(study, models, curves, "an-experiment")
+    amd = {"cpu": "AMD EPYC", "family": 25, "model": 17, "source": "training"}
+    xeon = {"cpu": "Intel Xeon", "family": 6, "model": 106, "source": "training"}
+    for folder, name, machine in (("here", "h1-mix-s0", amd), ("there", "h1-s0", xeon)):
+        record = {"models": {name: {"weights_sha256": "x", "machines": [machine]}}}
+        (tmp_path / folder / "trained-on.json").write_text(json.dumps(record))
+    text, _ = report.provenance(study, models, curves, "an-experiment", tmp_path / "here" / "metrics")
+    assert "Trained on: AMD EPYC (family 25, model 17), 1 model; Intel Xeon (family 6, model 106), 1 model." in text
     assert "nested run per model named as the model (h1-mix-s0, ...)" in text
     assert "The models of variant 1 were trained by the study in ../there, in its own experiment" in text
 

@@ -184,7 +184,7 @@ def test_training_against_an_mlflow_server_is_read_back_through_it(tmp_path, sma
 
 @pytest.fixture(scope="module")
 def reproduced(reproduced_study, tmp_path_factory) -> Path:
-    """A copy of the session's tiny study, reproduced and committed with its dvc.lock; 200 training steps."""
+    """A copy of the test run's tiny study, reproduced and committed with its dvc.lock; 200 training steps."""
     shared, _ = reproduced_study
     return copy_project(shared, tmp_path_factory.mktemp("shared") / "project")
 

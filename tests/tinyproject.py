@@ -30,7 +30,7 @@ TINY = {
     "model": {"preset": "tiny"},
     "trainer": {"max_steps": 200, "val_every_steps": 50},
 }
-# The study that conftest's `reproduced_study` reproduces once per session for every test file
+# The study that conftest's `reproduced_study` reproduces once per test run for every test file
 # that starts from a reproduced study: two variants, so that a report has two rows and a change
 # can leave one model alone. 200 steps: a test that kills a training after its first checkpoint
 # (step 25) has about a second before it ends.

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROTOCOLS = [
     ("20% warm-up, own rates (the headline)", "studies/stabilised"),
     ("5% warm-up, own rates (the default study)", "."),
-    ("5% warm-up, one shared rate", "studies/shared-rate"),
+    ("5% warm-up, one shared rate: the single head's best, 0.003, for both", "studies/shared-rate"),
 ]
 
 

@@ -117,7 +117,7 @@ def model_entry(variant: str, seed: int, lr: float | None = None, clues: int | N
 
 def partner_models(params: dict) -> list[dict]:
     """The models of study.partners: variants that another study trains on this study's seeds,
-    which this study's report sets beside its own (a study too long to regenerate in one session
+    which this study's report sets beside its own (a study too long to regenerate in one go
     otherwise). Each must be configured there exactly as this study would configure it, so that a
     pair differs in the variant alone; its results are read from that study's metrics/."""
     study = params["study"]

@@ -43,7 +43,7 @@ def git_state() -> dict[str, str]:
         }
     params = f":(top,glob)**/{PARAMS_FILE}"
     # configs/ and fingerprints/ are written by the pipeline's first stages (configure, fingerprint)
-    # from params.yaml and the code: generated, so no change of their own (issue 27).
+    # from params.yaml and the code: generated, so no change of their own.
     not_code = (PARAMS_FILE, ".gitignore", "dvc.lock", "metrics/**", "reports/**", "configs/**", "fingerprints/**")
     code = [":(top)", *(f":(top,glob,exclude)**/{path}" for path in not_code)]
     # Against a fresh index of HEAD, not the repository's own: under `dvc exp run` that one can

@@ -186,7 +186,7 @@ def union_counting(fair: dict, name) -> str:
 def fair_null_intro(fair: dict, name) -> str:
     k = next((v["heads"] for v in fair["variants"] if v["available"]), 4)
     return (
-        f"A fairer null, built from the multi-head models themselves (docs/compute-plan.md, fifth session). "
+        f"A fairer null, built from the multi-head models themselves (docs/compute-plan.md, 2026-12-03, from 00:52). "
         f"Cross-model unions take {k} heads, each from a different model of the same variant, any head: heads of "
         f"the same width, trained in the same kind of model, that never trained together. Rank-matched unions take "
         f"the head of each distance rank (0 to {k - 1}) from a different model, so that every union holds one head of "
@@ -320,16 +320,16 @@ def fair_null_sentences(
 
 
 def prediction_sentences(variant: dict, substantial: float, margin: float, name) -> list[str]:
-    """The fair null's three predictions (docs/compute-plan.md, fifth session, committed before
-    the models were trained), for the predicted variant at the study's threshold in layer 0,
+    """The fair null's three predictions (docs/compute-plan.md, 2026-12-03, from 00:52, committed
+    before the models were trained), for the predicted variant at the study's threshold in layer 0,
     each said to hold or not."""
     main = main_threshold([r for r in variant["rows"] if r["layer"] == 0], substantial)
     seeds, above_median = variant["models"], main["cross_model"]["seeds_above_median"]
     difference = next(s for s in variant["overlap_summary"] if s["layer"] == 0)["within_minus_across"]
     held = {True: "held", False: "did not hold"}
     return [
-        f"The fair null's predictions, committed before the study's models were trained (docs/compute-plan.md, fifth "
-        f"session), for {name(variant['variant'])} at threshold {main['threshold']:g}, layer 0:",
+        f"The fair null's predictions, committed before the study's models were trained (docs/compute-plan.md, "
+        f"2026-12-03, from 00:52), for {name(variant['variant'])} at threshold {main['threshold']:g}, layer 0:",
         f"1. More positions than the median cross-model union: {held[above_median == seeds]} (in {above_median} of "
         f"{seeds} seeds).",
         f"2. Within the range of the rank-matched unions: {held[main['rank_matched']['position'] == 'within']} "
