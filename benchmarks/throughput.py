@@ -198,6 +198,9 @@ def stage_trainer(config, steps: int, warmup: int) -> float:
     throughput, clock = Throughput(config.data.batch_size * config.model.context), StepClock(warmup, device_of(config))
     trainer = build_trainer(training_settings(config).trainer, [throughput, StepProgressBar(throughput), clock])
     trainer.logger = tracking.training_logger(None, "throughput-benchmark")
+    # The stage's run logs its params before the first validation; this run logs none, so the
+    # logger is told the tokens per step it would read back from them.
+    trainer.logger.tokens_per_step = config.data.batch_size * config.model.context
     trainer.fit(module, datamodule=datamodule)
     return (steps - warmup) * config.data.batch_size * config.model.context / clock.elapsed
 

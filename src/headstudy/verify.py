@@ -31,7 +31,7 @@ from headstudy.bookkeeping.machines import this_machine
 from headstudy.common.errors import ConfigError
 from headstudy.formats.machines import machine_kind, read_record
 from headstudy.formats.names import model_name
-from headstudy.settings.compose import compose_config, project_root
+from headstudy.settings.compose import project_root
 
 USAGE = "headstudy verify [STUDY] [-n N | MODEL ...]"
 
@@ -65,6 +65,16 @@ def study_folder(study: str, root: Path) -> Path:
         return path.relative_to(root.resolve())
     except ValueError:
         raise ConfigError(f"{study} is outside the project in {root}") from None
+
+
+def stated_collapse(report: dict) -> float | None:
+    """The test perplexity above which the study says a model collapsed (report.roundings' or
+    report.share's collapse_above), or None where it states none: then it counts no collapses."""
+    shares = report.get("share") or []
+    for stated in [report.get("roundings") or {}, *(shares if isinstance(shares, list) else [shares])]:
+        if stated.get("collapse_above") is not None:
+            return float(stated["collapse_above"])
+    return None
 
 
 def chosen_models(study: dict, count: int | None, names: list[str]) -> list[tuple[str, int]]:
@@ -150,7 +160,7 @@ def verify(root: Path, study: str, count: int | None, names: list[str]) -> bool:
     partners = plan.get("partners") or {}
     partner_variants = [str(v) for v in partners.get("variants", [])]
     compare = [[str(a), str(b)] for a, b in report.get("compare") or [[variants[0], v] for v in variants[1:]]]
-    collapse_above = float(compose_config([], params={}).verify.collapse_above)
+    collapse_above = stated_collapse(report)
     models = chosen_models(plan, count, names)
     record = read_record(root / folder)
     here = machine_kind(this_machine(threads=1))

@@ -25,8 +25,9 @@ def comparison_facts(ppl_a: dict[int, float], ppl_b: dict[int, float]) -> dict:
     }
 
 
-def conclusions(ppl: dict[str, dict[int, float]], compare: list[list[str]], collapse_above: float) -> list[dict]:
-    """Each conclusion: its statement, the fact that decides it, and the numbers behind it."""
+def conclusions(ppl: dict[str, dict[int, float]], compare: list[list[str]], collapse_above: float | None) -> list[dict]:
+    """Each conclusion: its statement, the fact that decides it, and the numbers behind it; collapse
+    counts only where the study states a collapse threshold."""
     found = []
     for a, b in compare:
         facts = comparison_facts(ppl[a], ppl[b])
@@ -48,7 +49,7 @@ def conclusions(ppl: dict[str, dict[int, float]], compare: list[list[str]], coll
                 "numbers": f"[{low:+.4f}, {high:+.4f}], {facts['coverage']:.1%}",
             },
         ]
-    for variant in sorted({variant for pair in compare for variant in pair}):
+    for variant in sorted({variant for pair in compare for variant in pair} if collapse_above else []):
         collapsed = sorted(seed for seed, value in ppl[variant].items() if value > collapse_above)
         found.append(
             {

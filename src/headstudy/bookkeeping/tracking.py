@@ -60,6 +60,7 @@ from headstudy.bookkeeping.store import (
     ui_command,
     ui_url,
 )
+from headstudy.common.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -122,6 +123,13 @@ def training_logger(run_id: str | None, run_name: str, parent_run_id: str | None
             before the first validation, also for a run resumed in another process)."""
             if self.tokens_per_step is None:
                 params = client().get_run(self.run_id).data.params
+                missing = [key for key in ("data.batch_size", "model.context") if key not in params]
+                if missing:
+                    raise ConfigError(
+                        f"MLflow run {self.run_id} has no param {' or '.join(missing)}, from which its "
+                        "validations' token counts are logged: set the logger's tokens_per_step, or log the "
+                        "run's params (record_provenance) before its first validation"
+                    )
                 self.tokens_per_step = int(params["data.batch_size"]) * int(params["model.context"])
             return self.tokens_per_step
 

@@ -101,10 +101,6 @@ class Tracking(Settings):
     experiment: str = setting("an MLflow experiment name")
 
 
-class Verify(Settings):
-    collapse_above: float = setting("a positive number (a test perplexity)", gt=0)
-
-
 class Config(Settings):
     """A composed config, or the part of it a stage's file or a recorded run holds: the
     sections a training needs are required, the others checked where present."""
@@ -125,7 +121,6 @@ class Config(Settings):
     diagnose: Diagnose | None = setting("the diagnose section", default=None)
     paths: Paths | None = setting("the paths section", default=None)
     tracking: Tracking | None = setting("the tracking section", default=None)
-    verify: Verify | None = setting("the verify section", default=None)
 
 
 class ChapterClaim(Settings):
