@@ -517,7 +517,7 @@ def test_both_renderings_box_the_headline_list_the_sections_and_number_every_cap
 
 
 def test_a_seed_flips_when_one_rounding_collapses_or_the_two_differ_by_more_than_the_tolerance():
-    from headstudy.analysis.sections.roundings import outcome_flips
+    from headstudy.analysis.sections.roundings import outcome_flips, roundings_section
 
     ppl = {
         "1": {1: 18.0, 2: 40.4, 3: 18.1, 4: 18.2},
@@ -529,3 +529,18 @@ def test_a_seed_flips_when_one_rounding_collapses_or_the_two_differ_by_more_than
     assert flips.count == 3 and 0.194 < low < 0.195 and 0.993 < high < 0.994  # Clopper-Pearson for 3 of 4
     both_collapsed = outcome_flips("1", "1-avx2", {"1": {1: 40.0}, "1-avx2": {1: 45.0}}, 30, 0.01)
     assert both_collapsed.flipped == [False]
+    settings = {"pairs": [["1", "1-avx2"]], "collapse_above": 30, "within": 0.01}
+    blocks, summary = roundings_section(settings, ppl, lambda variant: f"variant {variant}")
+    text = blocks[1][1]
+    assert "variant 1: the outcome flips in 3 of 4 seeds (exact 95% interval for the rate: 19% to 99%)" in text
+    assert "it collapses in 1 of 4 (1% to 81%) seeds with the default kernels and in 1 of 4" in text
+    assert summary == [
+        {
+            "plain": "1",
+            "rounded": "1-avx2",
+            "seeds": [1, 2, 3, 4],
+            "flipped": 3,
+            "rate_interval": [low, high],
+            "collapsed": [1, 1],
+        }
+    ]

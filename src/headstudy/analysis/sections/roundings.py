@@ -29,8 +29,7 @@ class Flips:
 
     @property
     def interval(self) -> tuple[float, float]:
-        found = stats.binomtest(self.count, len(self.seeds)).proportion_ci(confidence_level=0.95, method="exact")
-        return float(found.low), float(found.high)
+        return exact_interval(self.count, len(self.seeds))
 
 
 def outcome_flips(plain: str, rounded: str, ppl: dict[str, dict[int, float]], collapse_above: float, within: float):
@@ -65,11 +64,25 @@ def flips_table(flips: list[Flips], label) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def exact_interval(count: int, total: int) -> tuple[float, float]:
+    """Clopper-Pearson's 95% interval for a rate of count in total."""
+    found = stats.binomtest(count, total).proportion_ci(confidence_level=0.95, method="exact")
+    return float(found.low), float(found.high)
+
+
+def collapses(values: list[float], threshold: float) -> str:
+    count = sum(value > threshold for value in values)
+    low, high = exact_interval(count, len(values))
+    return f"{count} of {len(values)} ({low:.0%} to {high:.0%})"
+
+
 def flips_sentence(pair: Flips, label) -> str:
     low, high = pair.interval
     return (
         f"{label(pair.plain)}: the outcome flips in {pair.count} of {len(pair.seeds)} seeds "
-        f"(exact 95% interval for the rate: {low:.0%} to {high:.0%})."
+        f"(exact 95% interval for the rate: {low:.0%} to {high:.0%}); it collapses in "
+        f"{collapses(pair.plain_ppl, pair.collapse_above)} seeds with the default kernels and in "
+        f"{collapses(pair.rounded_ppl, pair.collapse_above)} with AVX2 kernels."
     )
 
 
@@ -91,6 +104,7 @@ def roundings_section(settings: dict, ppl: dict[str, dict[int, float]], label) -
             "seeds": p.seeds,
             "flipped": p.count,
             "rate_interval": list(p.interval),
+            "collapsed": [sum(v > p.collapse_above for v in ppl) for ppl in (p.plain_ppl, p.rounded_ppl)],
         }
         for p in flips
     ]
