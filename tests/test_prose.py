@@ -18,8 +18,9 @@ TEXT_SUFFIXES = (".md", ".yaml", ".yml", ".toml", ".txt", ".sh", ".cfg")
 
 
 def tracked_files() -> list[str]:
+    """Every tracked file but the locks and this test, which has to name what it looks for."""
     listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return [path for path in listed.splitlines() if not path.endswith("dvc.lock")]
+    return [path for path in listed.splitlines() if not path.endswith("dvc.lock") and path != "tests/test_prose.py"]
 
 
 def python_prose(text: str) -> list[tuple[int, str]]:
