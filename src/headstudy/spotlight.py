@@ -139,8 +139,9 @@ def spotlight(config: DictConfig, study: dict, settings: dict) -> dict:
         extras=extras,
         answers=answers,
     )
-    # The machines after the title: the study's own models, from its folder's record.
-    blocks.insert(1, ("text", trained_on_line(read_record(metrics_dir.parent), [m["name"] for m in models])))
+    # The machines under the title and its answer: the study's own models, from its folder's record.
+    after = next((i + 1 for i, (kind, _) in enumerate(blocks) if kind == "headline"), 1)
+    blocks.insert(after, ("text", trained_on_line(read_record(metrics_dir.parent), [m["name"] for m in models])))
     write_json(reports_dir / "summary.json", nan_to_null(summary))
     write_metric_files(reports_dir / "metrics", headline(summary))
     write_atomically(reports_dir / "results.md", to_markdown(blocks, reports_dir))
