@@ -14,8 +14,6 @@ Exit status 0 when every conclusion holds, 1 when one changes."""
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import shutil
 import signal
@@ -27,11 +25,13 @@ from pathlib import Path
 import yaml
 
 from headstudy.analysis.conclusions import conclusions, verdicts
+from headstudy.analysis.rendering.inputs import read_curve
 from headstudy.bookkeeping.machines import this_machine
 from headstudy.common.errors import ConfigError
+from headstudy.common.files import read_json
 from headstudy.formats.machines import machine_kind, read_record
 from headstudy.formats.names import model_name
-from headstudy.settings.compose import project_root
+from headstudy.settings.compose import project_root, read_params
 
 USAGE = "headstudy verify [STUDY] [-n N | MODEL ...]"
 
@@ -92,14 +92,15 @@ def chosen_models(study: dict, count: int | None, names: list[str]) -> list[tupl
 
 def read_ppl(folder: Path, name: str) -> float | None:
     path = folder / "metrics" / f"{name}.json"
-    return yaml.safe_load(path.read_text())["test_ppl"] if path.is_file() else None
+    return read_json(path)["test_ppl"] if path.is_file() else None
 
 
-def read_curve(folder: Path, name: str) -> list[tuple[int, float]]:
+def curve_points(folder: Path, name: str) -> list[tuple[int, float]]:
     path = folder / "metrics" / "curves" / f"{name}.csv"
     if not path.is_file():
         return []
-    return [(int(row["step"]), float(row["val_ppl"])) for row in csv.DictReader(io.StringIO(path.read_text()))]
+    curve = read_curve(path)
+    return list(zip(curve["step"].astype(int), curve["val_ppl"].astype(float), strict=True))
 
 
 def model_md5(folder: Path, name: str) -> str | None:
@@ -154,7 +155,7 @@ def retrain(project: Path, folder: Path, models: list[tuple[str, int]]) -> None:
 
 def verify(root: Path, study: str, count: int | None, names: list[str]) -> bool:
     folder = study_folder(study, root)
-    params = yaml.safe_load((root / folder / "params.yaml").read_text())
+    params = read_params(root / folder / "params.yaml", required=True)
     plan, report = params["study"], params.get("report") or {}
     variants = [str(v) for v in plan["variants"]]
     partners = plan.get("partners") or {}
@@ -173,7 +174,8 @@ def verify(root: Path, study: str, count: int | None, names: list[str]) -> bool:
         if partner_variants:
             before |= perplexities((copy / partners["folder"]).resolve(), partner_variants, seeds)
         committed = {
-            model_name(v, s): (model_md5(copy, model_name(v, s)), read_curve(copy, model_name(v, s))) for v, s in models
+            model_name(v, s): (model_md5(copy, model_name(v, s)), curve_points(copy, model_name(v, s)))
+            for v, s in models
         }
         retrain(project, folder, models)
         after = {variant: dict(values) for variant, values in before.items()}
@@ -192,7 +194,7 @@ def verify(root: Path, study: str, count: int | None, names: list[str]) -> bool:
             shown = "none" if old is None else f"{old:.6f}"
             print(
                 f"| {name} | {', '.join(sorted(kinds)) or 'not on record'} | {same} | {shown} "
-                f"| {value:.6f} | {difference} | {parting_step(curve, read_curve(copy, name))} |"
+                f"| {value:.6f} | {difference} | {parting_step(curve, curve_points(copy, name))} |"
             )
         results = verdicts(conclusions(before, compare, collapse_above), conclusions(after, compare, collapse_above))
         print("\n| conclusion | committed | retrained | verdict |\n|---|---|---|---|")

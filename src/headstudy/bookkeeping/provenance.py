@@ -104,13 +104,15 @@ def environment() -> dict[str, str]:
     """What decides whether a rerun can be bit-identical."""
     import torch  # here, not at the top: the report stage needs no torch
 
+    cpu = cpu_info()
     return {
         "env.python": platform.python_version(),
         "env.torch": torch.__version__,
         "env.lightning": metadata.version("lightning"),
         "env.cpu": cpu_model(),
-        "env.cpu_kind": f"{cpu_info().get('vendor_id', '?')} family {cpu_info().get('cpu family', '?')} "
-        f"model {cpu_info().get('model', '?')}",
+        "env.cpu_kind": " ".join(
+            (cpu.get("vendor_id", "?"), "family", cpu.get("cpu family", "?"), "model", cpu.get("model", "?"))
+        ),
         "env.cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "env.kernels": kernels_in_force(),
         "env.threads": str(torch.get_num_threads()),
